@@ -1,0 +1,1 @@
+# lib/convert.mk — module fragment (sources, unit tests).

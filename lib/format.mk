@@ -1,0 +1,1 @@
+# lib/format.mk — module fragment (sources, unit tests).

@@ -1,0 +1,1 @@
+# lib/kernels.mk — module fragment (sources, unit tests).

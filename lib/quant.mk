@@ -1,0 +1,1 @@
+# lib/quant.mk — module fragment (sources, unit tests).

@@ -1,0 +1,1 @@
+# lib/text.mk — module fragment (sources, unit tests).

@@ -1,0 +1,4 @@
+# tests/local.mk — shared test harness; tests themselves are listed by the
+# fragment of the module they test (lib/*.mk, tools/*.mk).
+noinst_HEADERS += tests/unit/tap.h
+EXTRA_DIST += tests/cli/lib.sh
