@@ -1,1 +1,2 @@
-# scripts/local.mk
+# scripts/local.mk — developer and CI helpers.
+dist_noinst_SCRIPTS += scripts/install-deps
