@@ -1,1 +1,2 @@
 # man/local.mk
+dist_man_MANS += man/uth.5
