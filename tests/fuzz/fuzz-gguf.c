@@ -1,0 +1,36 @@
+/* fuzz-gguf.c — libFuzzer target for the GGUF reader: any byte string must
+ * open cleanly or be rejected with an error, never crash, hang or leak.
+ * Seed corpus: tests/fuzz/gguf/ (written by tests/unit/t-gguf with
+ * MOE_GGUF_WRITE_SEEDS=dir). */
+#include "gguf.h"
+
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	moe_src *src;
+	moe_gguf *g;
+	moe_error e = { 0 };
+
+	if (moe_src_open_mem(&src, "fuzz.gguf", data, size, &e) < 0)
+		return 0;
+	if (moe_gguf_open(&g, src, &e) == 0) {
+		/* Touch what a consumer would: lookups and every tensor's range. */
+		for (uint64_t i = 0; i < g->n_kv; i++)
+			if (moe_gguf_find(g, g->kv[i].key) != &g->kv[i])
+				__builtin_trap();
+		for (uint64_t i = 0; i < g->n_tensors; i++) {
+			const moe_gguf_tensor *t = &g->tensors[i];
+			if (moe_gguf_find_tensor(g, t->name) != t ||
+			    !moe_range_ok(t->offset, t->size, size))
+				__builtin_trap();
+		}
+		moe_gguf_close(g);
+	} else if (e.msg[0] == '\0' || strncmp(e.msg, "fuzz.gguf: ", 11) != 0) {
+		__builtin_trap(); /* every error must say what and where */
+	}
+	moe_src_close(src);
+	return 0;
+}
