@@ -1,1 +1,7 @@
-# lib/quant.mk — module fragment (sources, unit tests).
+# lib/quant.mk — the dtype traits table and reference codecs.
+noinst_HEADERS += lib/quant.h lib/quant/blocks.h
+lib_libmoecore_a_SOURCES += lib/quant/types.c lib/quant/legacy.c lib/quant/kquants.c
+
+check_PROGRAMS += tests/unit/t-quant
+TESTS += tests/unit/t-quant
+tests_unit_t_quant_LDADD = $(MOE_LIBS)
