@@ -1,1 +1,0 @@
-# lib/format.mk — module fragment (sources, unit tests).

@@ -1,0 +1,20 @@
+# lib/hf.mk — Hugging Face snapshots (lib/hf.h): safetensors parser, archive
+# input through libarchive, the snapshot reader; its unit test and fuzz target.
+noinst_HEADERS += lib/hf.h
+lib_libmoecore_a_SOURCES += lib/format/safetensors.c lib/format/archive.c lib/format/hf.c
+
+check_PROGRAMS += tests/unit/t-hf
+TESTS += tests/unit/t-hf
+tests_unit_t_hf_CFLAGS = $(AM_CFLAGS) $(ARCHIVE_CFLAGS)
+tests_unit_t_hf_LDADD = $(MOE_LIBS)
+
+# Seed corpus for the fuzzer (tiny valid and invalid files).
+EXTRA_DIST += tests/fuzz/safetensors
+
+if ENABLE_FUZZ
+noinst_PROGRAMS += tests/fuzz/fuzz-safetensors
+tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz-safetensors.c
+tests_fuzz_fuzz_safetensors_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_safetensors_LDFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_safetensors_LDADD = $(MOE_LIBS)
+endif
