@@ -2,3 +2,4 @@
 # fragment of the module they test (lib/*.mk, tools/*.mk).
 noinst_HEADERS += tests/unit/tap.h
 EXTRA_DIST += tests/cli/lib.sh
+include tests/ref/local.mk
