@@ -1,1 +1,17 @@
-# lib/text.mk — module fragment (sources, unit tests).
+# lib/text.mk — tokenizers (SentencePiece BPE, byte-level BPE with PCRE2
+# pre-tokenizers), the streaming detokeniser and chat templates.
+noinst_HEADERS += lib/text.h lib/text/text_int.h
+lib_libmoecore_a_SOURCES += lib/text/utf8.c lib/text/vocab.c lib/text/vocab_uth.c \
+	lib/text/vocab_hf.c lib/text/tokenizer.c lib/text/spm.c lib/text/bpe.c \
+	lib/text/chat.c
+
+check_PROGRAMS += tests/unit/t-tokenizer tests/unit/t-chat
+TESTS += tests/unit/t-tokenizer tests/unit/t-chat
+tests_unit_t_tokenizer_LDADD = $(MOE_LIBS)
+tests_unit_t_tokenizer_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_unit_t_chat_LDADD = $(MOE_LIBS)
+EXTRA_DIST += tests/unit/tokenizer-corpus.txt tests/unit/vocab-to-hf.py \
+	tests/golden/chat/chatml.txt tests/golden/chat/llama2.txt \
+	tests/golden/chat/mistral.txt tests/golden/chat/llama3.txt \
+	tests/golden/chat/phi3.txt tests/golden/chat/tulu.txt \
+	tests/golden/chat/deepseek.txt tests/golden/chat/deepseek3.txt

@@ -1,0 +1,163 @@
+/* text_int.h — what the files of lib/text share and nobody else needs: the
+ * tokenizer struct, UTF-8 helpers, the string hash map, the pre-tokenizer
+ * table and the per-algorithm encoders. */
+#ifndef MOE_TEXT_INT_H
+#define MOE_TEXT_INT_H
+
+#include "text.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ UTF-8 */
+
+/* Length of the valid UTF-8 character at s[0..n), or 0 if the bytes there
+ * do not start a valid character (strict: no overlongs, surrogates or
+ * values above U+10FFFF).  *cp receives the code point when valid. */
+size_t moe_utf8_valid_len(const unsigned char *s, size_t n, uint32_t *cp);
+/* How many bytes a character starting with lead byte c claims, as
+ * llama.cpp's unicode_len_utf8 (1 for continuation/invalid bytes). */
+static inline size_t moe_utf8_lead_len(unsigned char c)
+{
+	static const unsigned char len[16] = {1, 1, 1, 1, 1, 1, 1, 1,
+					      1, 1, 1, 1, 2, 2, 3, 4};
+	return len[c >> 4];
+}
+/* True if s[0..n) is valid UTF-8. */
+bool moe_utf8_is_valid(const char *s, size_t n);
+
+/* A growable byte buffer. */
+typedef struct moe_sbuf {
+	char *p;
+	size_t len, cap;
+} moe_sbuf;
+int moe_sbuf_reserve(moe_sbuf *b, size_t extra);
+int moe_sbuf_add(moe_sbuf *b, const void *s, size_t n);
+static inline int moe_sbuf_adds(moe_sbuf *b, const char *s)
+{
+	return moe_sbuf_add(b, s, strlen(s));
+}
+/* Append s with invalid UTF-8 replaced by U+FFFD; a valid but incomplete
+ * sequence at the very end is left out and its length returned in *held
+ * (when held is NULL it is replaced too). */
+int moe_sbuf_add_sanitized(moe_sbuf *b, const char *s, size_t n, size_t *held);
+
+/* -------------------------------------------------------- string hash map */
+
+/* Open addressing over byte strings; values are uint32.  Keys are not
+ * copied (they must outlive the map). */
+typedef struct moe_strmap {
+	uint32_t *slot_val; /* value + 1, 0 = empty */
+	const char **slot_key;
+	uint32_t *slot_len;
+	uint32_t *slot_hash;
+	uint32_t mask;
+	uint32_t count;
+} moe_strmap;
+
+uint32_t moe_str_hash(const char *s, size_t n);
+int moe_strmap_init(moe_strmap *m, size_t expected);
+void moe_strmap_free(moe_strmap *m);
+/* Insert or overwrite.  Returns 0 or MOE_ENOMEM. */
+int moe_strmap_put(moe_strmap *m, const char *k, size_t n, uint32_t v);
+/* Value or -1. */
+int64_t moe_strmap_get(const moe_strmap *m, const char *k, size_t n);
+
+/* ---------------------------------------------------------- pre-tokenizers */
+
+#define MOE_PRE_MAX_REGEX 8
+
+typedef struct moe_pre_def {
+	const char *name;     /* canonical GGUF name */
+	const char *aliases;  /* NUL-separated list ending with an empty string */
+	const char *regex[MOE_PRE_MAX_REGEX]; /* applied in sequence; NULL-ended */
+	bool ignore_merges;   /* a whole word that is a token wins (llama3) */
+	int add_bos;          /* default add_bos for this pre (-1: model default) */
+} moe_pre_def;
+
+/* The definition for a pre-tokenizer name or alias, or NULL. */
+const moe_pre_def *moe_pre_find(const char *name);
+/* Name of the definition whose regex list equals regex[0..n) (as written
+ * in llama.cpp or as HF tokenizer.json writes them; escapes and literal
+ * characters compare equal), or NULL. */
+const char *moe_pre_recognise(const char *const *regex, size_t n);
+/* GPT-2's split pattern (what HF's ByteLevel with use_regex applies). */
+const char *moe_pre_gpt2_regex(void);
+
+/* ---------------------------------------------------------------- tokenizer */
+
+typedef struct moe_bpe_pair moe_bpe_pair;
+typedef struct moe_pre_re moe_pre_re;
+
+struct moe_tokenizer {
+	moe_vocab_model model;
+	const moe_pre_def *pre;
+	uint32_t n_tokens;
+	char *blob;              /* token strings, concatenated */
+	uint32_t *off;           /* [n_tokens + 1] */
+	float *scores;           /* [n_tokens] */
+	uint8_t *types;          /* [n_tokens] */
+	uint8_t *flags;          /* [n_tokens] */
+	char *pblob;             /* pieces (decoded bytes), special = true */
+	uint32_t *poff;          /* [n_tokens + 1] */
+	int32_t special[MOE_SPECIAL_COUNT];
+	bool add_bos, add_eos, add_space_prefix, ignore_merges;
+	char *chat_template;
+	uint8_t *eog;            /* [n_tokens] bool */
+	moe_strmap tok_map;      /* token string -> id (last id wins) */
+
+	/* Special-token matching: candidates in priority order (longest
+	 * first), and a first-byte filter. */
+	uint32_t n_spec;
+	int32_t *spec_ids;       /* priority order */
+	uint32_t *spec_rank;     /* [n_tokens]: position in spec_ids or ~0 */
+	uint8_t spec_first[256]; /* some candidate starts with this byte */
+	moe_strmap spec_map;     /* candidate text -> id */
+	uint32_t spec_max_len, spec_min_len;
+
+	/* SPM */
+	int32_t byte_tok[256];   /* <0xNN> token (or single-byte token), -1 */
+	bool spm_can_split;      /* no token contains "x▁" with x != ▁ */
+
+	/* BPE: symbols are strings of the token/merge table ("entries"). */
+	uint32_t n_ent;
+	int32_t *ent_tok;        /* entry -> token id or -1 */
+	moe_strmap ent_map;      /* string -> entry */
+	int32_t byte_ent[256];   /* entry of the byte-level char of byte b */
+	int32_t byte_ent_tok[256][2]; /* fallback tokens for byte b, -1 */
+	moe_bpe_pair *pairs;     /* hash (left, right) -> (rank, result) */
+	uint32_t pair_mask;
+	moe_pre_re *re;          /* compiled pre-tokenizer regexes */
+	uint32_t n_re;
+	moe_arena arena;         /* strings of entries that are not tokens */
+};
+
+/* A growable id vector. */
+typedef struct moe_ids {
+	int32_t *v;
+	size_t n, cap;
+} moe_ids;
+int moe_ids_push(moe_ids *ids, int32_t id);
+
+/* Encode one fragment of raw text (no special tokens inside). */
+int moe_spm_encode(const moe_tokenizer *t, const char *text, size_t len, bool space_prefix,
+		   moe_ids *out, moe_error *e);
+int moe_bpe_encode(const moe_tokenizer *t, const char *text, size_t len, moe_ids *out,
+		   moe_error *e);
+/* Build/free the BPE tables and regexes of t (from merges). */
+int moe_bpe_build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e);
+void moe_bpe_free(moe_tokenizer *t);
+
+/* GPT-2's byte <-> unicode mapping: the UTF-8 text (1 or 2 bytes) of the
+ * character that stands for byte b; and the byte for a code point, or -1. */
+const char *moe_bpe_byte_char(unsigned b, size_t *len);
+int moe_bpe_char_byte(uint32_t cp);
+
+/* Shared by vocab.c and hf.c: llama.cpp's fix-ups applied after
+ * extraction (end-of-turn detection, control overrides). */
+void moe_vocab_fixup(moe_vocab_data *vd, int32_t *types);
+/* Default flags for a model/pre when the source does not say. */
+void moe_vocab_defaults(moe_vocab_data *vd);
+
+#endif
