@@ -1,6 +1,8 @@
 # lib/local.mk — libmoecore.a, one fragment per module.
 noinst_LIBRARIES += lib/libmoecore.a
 lib_libmoecore_a_SOURCES =
+# Objects built with other flags (the SIMD kernels, lib/kernels.mk).
+lib_libmoecore_a_LIBADD =
 lib_libmoecore_a_CFLAGS = $(AM_CFLAGS) $(ARCHIVE_CFLAGS) $(XXHASH_CFLAGS) $(ZSTD_CFLAGS) \
 	$(JANSSON_CFLAGS) $(PCRE2_CFLAGS) $(CURL_CFLAGS) $(SQLITE_CFLAGS) $(URING_CFLAGS) $(MHD_CFLAGS)
 # Everything a program linking libmoecore needs.
@@ -15,3 +17,4 @@ include lib/hf.mk
 include lib/convert.mk
 include lib/text.mk
 include lib/kernels.mk
+include lib/model.mk

@@ -193,6 +193,10 @@ int moe_uth_writer_add_mem(moe_uth_writer *w, const moe_uth_tensor *desc, const 
 			   moe_error *e);
 /* Set the metadata (copied).  It must be a UTF-8 JSON object; MOE_EINVAL
  * otherwise.  Default: "{}". */
+/* Tensors described so far, in directory order (size filled in; offset and
+ * xxh3 only after writing).  For summaries of what a write would produce. */
+size_t moe_uth_writer_count(const moe_uth_writer *w);
+const moe_uth_tensor *moe_uth_writer_tensor(const moe_uth_writer *w, size_t i);
 int moe_uth_writer_set_meta(moe_uth_writer *w, const char *json, size_t len, moe_error *e);
 /* Header flags (MOE_UTH_FLAG_*). */
 void moe_uth_writer_set_flags(moe_uth_writer *w, uint32_t flags);

@@ -1,3 +1,4 @@
 # tools/local.mk — the programs; each main() parses options and calls libmoecore.
+noinst_HEADERS += tools/cli.h
 include tools/moe-convert.mk
 include tools/moe-run.mk

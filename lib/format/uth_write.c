@@ -35,6 +35,16 @@ struct moe_uth_writer {
 	moe_uth_groupset groups;
 };
 
+size_t moe_uth_writer_count(const moe_uth_writer *w)
+{
+	return w->n;
+}
+
+const moe_uth_tensor *moe_uth_writer_tensor(const moe_uth_writer *w, size_t i)
+{
+	return i < w->n ? &w->t[i].d : NULL;
+}
+
 int moe_uth_writer_new(moe_uth_writer **out, moe_error *e)
 {
 	moe_uth_writer *w = calloc(1, sizeof(*w));

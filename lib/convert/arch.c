@@ -1,0 +1,782 @@
+/* arch.c — the architecture table and the normalisation of hyper-parameters
+ * from GGUF keys and Hugging Face config.json into one vocabulary.
+ *
+ * Where both sources could disagree on conventions (which key holds the
+ * expert FFN width, whether the output matrix is tied), values are derived
+ * from what is unambiguous — usually the tensor shapes — so a model converted
+ * from either source ends with the same hparams. */
+#include "arch.h"
+#include "uth.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const hf_llama[] = {"LlamaForCausalLM", "MistralForCausalLM",
+				       "MixtralForCausalLM", NULL};
+static const char *const hf_qwen2[] = {"Qwen2ForCausalLM", NULL};
+static const char *const hf_qwen2moe[] = {"Qwen2MoeForCausalLM", NULL};
+static const char *const hf_qwen3[] = {"Qwen3ForCausalLM", NULL};
+static const char *const hf_qwen3moe[] = {"Qwen3MoeForCausalLM", NULL};
+static const char *const hf_olmoe[] = {"OlmoeForCausalLM", NULL};
+static const char *const hf_deepseek2[] = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", NULL};
+static const char *const hf_phimoe[] = {"PhiMoEForCausalLM", NULL};
+static const char *const hf_granitemoe[] = {"GraniteMoeForCausalLM", NULL};
+
+/* Llama, Mistral and Mixtral share one forward pass (Mixtral = Llama with
+ * expert FFNs), as in GGUF, where all three say "llama". */
+static const moe_arch_info arch_table[] = {
+	{"llama", "llama", hf_llama, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS, true, true},
+	{"qwen2", "qwen2", hf_qwen2, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_RMS, false, false},
+	{"qwen2moe", "qwen2moe", hf_qwen2moe, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_RMS, false,
+	 false},
+	{"qwen3", "qwen3", hf_qwen3, MOE_ROPE_NEOX, MOE_QK_NORM_HEAD, MOE_NORM_RMS, false, false},
+	{"qwen3moe", "qwen3moe", hf_qwen3moe, MOE_ROPE_NEOX, MOE_QK_NORM_HEAD, MOE_NORM_RMS, true,
+	 false},
+	{"olmoe", "olmoe", hf_olmoe, MOE_ROPE_NEOX, MOE_QK_NORM_FULL, MOE_NORM_RMS, false, false},
+	{"deepseek2", "deepseek2", hf_deepseek2, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,
+	 false, false},
+	{"phimoe", "phimoe", hf_phimoe, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_LAYER, true, false},
+	{"granitemoe", "granitemoe", hf_granitemoe, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,
+	 true, true},
+};
+#define N_ARCH (sizeof arch_table / sizeof arch_table[0])
+
+const moe_arch_info *moe_arch_by_name(const char *name)
+{
+	for (size_t i = 0; i < N_ARCH; i++)
+		if (!strcmp(arch_table[i].name, name))
+			return &arch_table[i];
+	return NULL;
+}
+
+const moe_arch_info *moe_arch_by_gguf(const char *gguf_arch)
+{
+	for (size_t i = 0; i < N_ARCH; i++)
+		if (!strcmp(arch_table[i].gguf_name, gguf_arch))
+			return &arch_table[i];
+	return NULL;
+}
+
+const moe_arch_info *moe_arch_by_hf(const char *hf_arch)
+{
+	for (size_t i = 0; i < N_ARCH; i++)
+		for (const char *const *n = arch_table[i].hf_names; *n; n++)
+			if (!strcmp(*n, hf_arch))
+				return &arch_table[i];
+	return NULL;
+}
+
+const char *moe_arch_supported_list(void)
+{
+	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, deepseek2, "
+	       "phimoe, granitemoe";
+}
+
+static void defaults(moe_hparams *hp, const moe_arch_info *a)
+{
+	memset(hp, 0, sizeof *hp);
+	snprintf(hp->arch, sizeof hp->arch, "%s", a->name);
+	hp->rope_kind = a->rope;
+	hp->rope_base = 10000.0;
+	hp->norm_eps = 1e-5;
+	hp->norm_kind = a->norm;
+	hp->qk_norm = a->qk_norm;
+	hp->topk_renorm = a->topk_renorm;
+	hp->expert_weights_scale = 1.0;
+	hp->embedding_scale = hp->residual_scale = hp->attention_scale = hp->logit_scale = 1.0;
+	hp->rope_factor = 1.0;
+}
+
+/* ------------------------------------------------------------- from GGUF */
+
+static int gguf_u32(const moe_gguf *g, const char *arch, const char *key, uint32_t *out,
+		    bool required, moe_error *e)
+{
+	char full[128];
+	snprintf(full, sizeof full, "%s.%s", arch, key);
+	uint64_t v;
+	int rc = moe_gguf_get_u64(g, full, &v, e);
+	if (rc == MOE_ENOTFOUND) {
+		if (required)
+			return moe_err(e, MOE_EFORMAT, "%s: required key %s missing", g->name, full);
+		return 0;
+	}
+	if (rc < 0)
+		return rc;
+	if (v > UINT32_MAX)
+		return moe_err(e, MOE_EFORMAT, "%s: key %s: value %llu too large", g->name, full,
+			       (unsigned long long)v);
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int gguf_f64(const moe_gguf *g, const char *arch, const char *key, double *out,
+		    moe_error *e)
+{
+	char full[128];
+	snprintf(full, sizeof full, "%s.%s", arch, key);
+	int rc = moe_gguf_get_f64(g, full, out, e);
+	return rc == MOE_ENOTFOUND ? 0 : rc;
+}
+
+static int gguf_bool(const moe_gguf *g, const char *arch, const char *key, bool *out,
+		     moe_error *e)
+{
+	char full[128];
+	snprintf(full, sizeof full, "%s.%s", arch, key);
+	int rc = moe_gguf_get_bool(g, full, out, e);
+	return rc == MOE_ENOTFOUND ? 0 : rc;
+}
+
+/* Dimension `dim` (0 = fastest) of the first tensor named by fmt with layer
+ * l, or 0 if there is none. */
+static uint64_t gguf_dim(const moe_gguf *g, const char *name, int dim)
+{
+	const moe_gguf_tensor *t = moe_gguf_find_tensor(g, name);
+	return t && (uint32_t)dim < t->n_dims ? t->ne[dim] : 0;
+}
+
+/* First layer index at which `base` (e.g. "ffn_gate_exps") exists, or -1. */
+static int gguf_first_layer_with(const moe_gguf *g, uint32_t n_layer, const char *base)
+{
+	char name[96];
+	for (uint32_t l = 0; l < n_layer; l++) {
+		snprintf(name, sizeof name, "blk.%u.%s.weight", l, base);
+		if (moe_gguf_find_tensor(g, name))
+			return (int)l;
+	}
+	return -1;
+}
+
+int moe_hparams_from_gguf(moe_hparams *hp, const moe_gguf *g, moe_error *e)
+{
+	const char *garch;
+	int rc = moe_gguf_get_str(g, "general.architecture", &garch, e);
+	if (rc == MOE_ENOTFOUND)
+		return moe_err(e, MOE_EFORMAT, "%s: key general.architecture missing", g->name);
+	MOE_TRY(rc);
+	const moe_arch_info *a = moe_arch_by_gguf(garch);
+	if (!a)
+		return moe_err(e, MOE_EUNSUPPORTED,
+			       "%s: architecture '%s' is not supported (supported: %s)", g->name,
+			       garch, moe_arch_supported_list());
+	defaults(hp, a);
+	const char *k = a->gguf_name;
+	MOE_TRY(gguf_u32(g, k, "context_length", &hp->n_ctx_train, false, e));
+	MOE_TRY(gguf_u32(g, k, "embedding_length", &hp->n_embd, true, e));
+	MOE_TRY(gguf_u32(g, k, "block_count", &hp->n_layer, true, e));
+	MOE_TRY(gguf_u32(g, k, "attention.head_count", &hp->n_head, true, e));
+	hp->n_head_kv = hp->n_head;
+	MOE_TRY(gguf_u32(g, k, "attention.head_count_kv", &hp->n_head_kv, false, e));
+	MOE_TRY(gguf_u32(g, k, "attention.key_length", &hp->head_dim, false, e));
+	MOE_TRY(gguf_u32(g, k, "attention.value_length", &hp->head_dim_v, false, e));
+	MOE_TRY(gguf_u32(g, k, "rope.dimension_count", &hp->n_rot, false, e));
+	MOE_TRY(gguf_f64(g, k, "rope.freq_base", &hp->rope_base, e));
+	double eps = 0;
+	MOE_TRY(gguf_f64(g, k, "attention.layer_norm_rms_epsilon", &eps, e));
+	if (eps == 0)
+		MOE_TRY(gguf_f64(g, k, "attention.layer_norm_epsilon", &eps, e));
+	if (eps > 0)
+		hp->norm_eps = eps;
+	MOE_TRY(gguf_u32(g, k, "expert_count", &hp->n_expert, false, e));
+	MOE_TRY(gguf_u32(g, k, "expert_used_count", &hp->n_expert_used, false, e));
+	MOE_TRY(gguf_u32(g, k, "expert_shared_count", &hp->n_expert_shared, false, e));
+	MOE_TRY(gguf_u32(g, k, "leading_dense_block_count", &hp->n_layer_dense_lead, false, e));
+	MOE_TRY(gguf_bool(g, k, "expert_weights_norm", &hp->topk_renorm, e));
+	MOE_TRY(gguf_f64(g, k, "expert_weights_scale", &hp->expert_weights_scale, e));
+	uint32_t gating = 0;
+	MOE_TRY(gguf_u32(g, k, "expert_gating_func", &gating, false, e));
+	hp->gating = gating == 2 ? MOE_GATING_SIGMOID : MOE_GATING_SOFTMAX;
+	MOE_TRY(gguf_u32(g, k, "attention.q_lora_rank", &hp->q_lora_rank, false, e));
+	MOE_TRY(gguf_u32(g, k, "attention.kv_lora_rank", &hp->kv_lora_rank, false, e));
+	MOE_TRY(gguf_f64(g, k, "embedding_scale", &hp->embedding_scale, e));
+	MOE_TRY(gguf_f64(g, k, "residual_scale", &hp->residual_scale, e));
+	MOE_TRY(gguf_f64(g, k, "attention.scale", &hp->attention_scale, e));
+	MOE_TRY(gguf_f64(g, k, "logit_scale", &hp->logit_scale, e));
+
+	const moe_gguf_kv *st = NULL;
+	char key[128];
+	snprintf(key, sizeof key, "%s.rope.scaling.type", k);
+	st = moe_gguf_find(g, key);
+	if (st && st->v.type == MOE_GGUF_T_STRING) {
+		const char *s = st->v.str.ptr;
+		hp->rope_scaling = !strcmp(s, "linear") ? MOE_ROPE_SCALING_LINEAR
+				   : !strcmp(s, "yarn") ? MOE_ROPE_SCALING_YARN
+							: MOE_ROPE_SCALING_NONE;
+	}
+	MOE_TRY(gguf_f64(g, k, "rope.scaling.factor", &hp->rope_factor, e));
+	MOE_TRY(gguf_u32(g, k, "rope.scaling.original_context_length", &hp->rope_orig_ctx, false, e));
+	if (hp->rope_scaling == MOE_ROPE_SCALING_NONE)
+		hp->rope_factor = 1.0, hp->rope_orig_ctx = 0;
+
+	/* Shapes settle what keys leave open. */
+	hp->n_vocab = (uint32_t)gguf_dim(g, "token_embd.weight", 1);
+	if (!hp->n_vocab) {
+		const moe_gguf_kv *toks = moe_gguf_find(g, "tokenizer.ggml.tokens");
+		if (toks && toks->v.type == MOE_GGUF_T_ARRAY && toks->v.arr.n <= UINT32_MAX)
+			hp->n_vocab = (uint32_t)toks->v.arr.n;
+	}
+	uint32_t n_ff_key = 0;
+	MOE_TRY(gguf_u32(g, k, "feed_forward_length", &n_ff_key, false, e));
+	int dense = gguf_first_layer_with(g, hp->n_layer, "ffn_gate");
+	if (dense < 0)
+		dense = gguf_first_layer_with(g, hp->n_layer, "ffn_up");
+	char name[96];
+	if (dense >= 0) {
+		snprintf(name, sizeof name, "blk.%d.ffn_up.weight", dense);
+		hp->n_ff = (uint32_t)gguf_dim(g, name, 1);
+	}
+	int moe_l = gguf_first_layer_with(g, hp->n_layer, "ffn_up_exps");
+	if (moe_l >= 0) {
+		snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", moe_l);
+		hp->n_ff_exp = (uint32_t)gguf_dim(g, name, 1);
+	} else if (hp->n_expert > 0) {
+		/* Older Mixtral GGUFs: one tensor per expert. */
+		for (uint32_t l = 0; l < hp->n_layer && !hp->n_ff_exp; l++) {
+			snprintf(name, sizeof name, "blk.%u.ffn_up.0.weight", l);
+			hp->n_ff_exp = (uint32_t)gguf_dim(g, name, 1);
+		}
+	}
+	if (hp->n_expert > 0 && hp->n_layer_dense_lead == 0 && dense >= 0 && moe_l > dense)
+		hp->n_layer_dense_lead = (uint32_t)moe_l;
+	int sh = gguf_first_layer_with(g, hp->n_layer, "ffn_up_shexp");
+	if (sh >= 0) {
+		snprintf(name, sizeof name, "blk.%d.ffn_up_shexp.weight", sh);
+		hp->n_ff_shexp = (uint32_t)gguf_dim(g, name, 1);
+		snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", sh);
+		hp->shared_expert_gate = moe_gguf_find_tensor(g, name) != NULL;
+		if (!hp->n_expert_shared)
+			hp->n_expert_shared = 1;
+	}
+	if (!hp->n_ff && hp->n_expert == 0)
+		hp->n_ff = n_ff_key;
+	hp->qkv_bias = gguf_first_layer_with(g, hp->n_layer, "attn_q") >= 0 &&
+		       moe_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+	hp->tied_embeddings = g->n_tensors > 0 && !moe_gguf_find_tensor(g, "output.weight");
+	if (!hp->head_dim && hp->n_head)
+		hp->head_dim = hp->n_embd / hp->n_head;
+	if (!hp->head_dim_v)
+		hp->head_dim_v = hp->head_dim;
+	if (!hp->n_rot)
+		hp->n_rot = hp->head_dim;
+	/* deepseek2 keeps the rotated part of each head separately. */
+	if (!strcmp(a->name, "deepseek2"))
+		MOE_TRY(gguf_u32(g, k, "rope.dimension_count", &hp->rope_head_dim, false, e));
+	return 0;
+}
+
+/* ------------------------------------------------------------ from HF */
+
+static int js_u32(const json_t *cfg, const char *key, uint32_t *out, bool required,
+		  moe_error *e)
+{
+	json_t *v = json_object_get(cfg, key);
+	if (!v || json_is_null(v)) {
+		if (required)
+			return moe_err(e, MOE_EFORMAT, "config.json: required field '%s' missing", key);
+		return 0;
+	}
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    json_integer_value(v) > (json_int_t)UINT32_MAX)
+		return moe_err(e, MOE_EFORMAT, "config.json: field '%s' must be a non-negative integer",
+			       key);
+	*out = (uint32_t)json_integer_value(v);
+	return 0;
+}
+
+static int js_f64(const json_t *cfg, const char *key, double *out, moe_error *e)
+{
+	json_t *v = json_object_get(cfg, key);
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_number(v))
+		return moe_err(e, MOE_EFORMAT, "config.json: field '%s' must be a number", key);
+	*out = json_number_value(v);
+	return 0;
+}
+
+static int js_bool(const json_t *cfg, const char *key, bool *out, moe_error *e)
+{
+	json_t *v = json_object_get(cfg, key);
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_boolean(v))
+		return moe_err(e, MOE_EFORMAT, "config.json: field '%s' must be true or false", key);
+	*out = json_is_true(v);
+	return 0;
+}
+
+static int hf_from_config(moe_hparams *hp, const json_t *cfg, bool has_lm_head, moe_error *e)
+{
+	json_t *archs = json_object_get(cfg, "architectures");
+	if (!json_is_array(archs) || json_array_size(archs) == 0 ||
+	    !json_is_string(json_array_get(archs, 0)))
+		return moe_err(e, MOE_EFORMAT, "config.json: field 'architectures' missing or not a "
+					       "list of names");
+	const char *hf_arch = json_string_value(json_array_get(archs, 0));
+	const moe_arch_info *a = moe_arch_by_hf(hf_arch);
+	if (!a)
+		return moe_err(e, MOE_EUNSUPPORTED,
+			       "config.json: architecture '%s' is not supported (supported: %s)",
+			       hf_arch, moe_arch_supported_list());
+	defaults(hp, a);
+	MOE_TRY(js_u32(cfg, "vocab_size", &hp->n_vocab, true, e));
+	MOE_TRY(js_u32(cfg, "max_position_embeddings", &hp->n_ctx_train, false, e));
+	MOE_TRY(js_u32(cfg, "hidden_size", &hp->n_embd, true, e));
+	MOE_TRY(js_u32(cfg, "num_hidden_layers", &hp->n_layer, true, e));
+	MOE_TRY(js_u32(cfg, "num_attention_heads", &hp->n_head, true, e));
+	hp->n_head_kv = hp->n_head;
+	MOE_TRY(js_u32(cfg, "num_key_value_heads", &hp->n_head_kv, false, e));
+	MOE_TRY(js_u32(cfg, "head_dim", &hp->head_dim, false, e));
+	MOE_TRY(js_f64(cfg, "rope_theta", &hp->rope_base, e));
+	MOE_TRY(js_f64(cfg, "rms_norm_eps", &hp->norm_eps, e));
+	if (a->norm == MOE_NORM_LAYER && json_object_get(cfg, "layer_norm_eps"))
+		MOE_TRY(js_f64(cfg, "layer_norm_eps", &hp->norm_eps, e));
+	uint32_t inter = 0;
+	MOE_TRY(js_u32(cfg, "intermediate_size", &inter, false, e));
+	uint32_t n_exp = 0;
+	MOE_TRY(js_u32(cfg, "num_local_experts", &n_exp, false, e));
+	if (!n_exp)
+		MOE_TRY(js_u32(cfg, "num_experts", &n_exp, false, e));
+	if (!n_exp)
+		MOE_TRY(js_u32(cfg, "n_routed_experts", &n_exp, false, e));
+	hp->n_expert = n_exp;
+	if (n_exp) {
+		MOE_TRY(js_u32(cfg, "num_experts_per_tok", &hp->n_expert_used, true, e));
+		uint32_t moe_inter = 0;
+		MOE_TRY(js_u32(cfg, "moe_intermediate_size", &moe_inter, false, e));
+		hp->n_ff_exp = moe_inter ? moe_inter : inter;
+		MOE_TRY(js_bool(cfg, "norm_topk_prob", &hp->topk_renorm, e));
+		MOE_TRY(js_u32(cfg, "first_k_dense_replace", &hp->n_layer_dense_lead, false, e));
+		/* Qwen2-MoE: one gated shared expert; DeepSeek: n ungated ones. */
+		uint32_t sh = 0;
+		MOE_TRY(js_u32(cfg, "shared_expert_intermediate_size", &sh, false, e));
+		if (sh) {
+			hp->n_ff_shexp = sh;
+			hp->n_expert_shared = 1;
+			hp->shared_expert_gate = true;
+		}
+		uint32_t n_sh = 0;
+		MOE_TRY(js_u32(cfg, "n_shared_experts", &n_sh, false, e));
+		if (n_sh) {
+			hp->n_expert_shared = n_sh;
+			hp->n_ff_shexp = n_sh * hp->n_ff_exp;
+		}
+		if (hp->n_layer_dense_lead)
+			hp->n_ff = inter;
+		MOE_TRY(js_f64(cfg, "routed_scaling_factor", &hp->expert_weights_scale, e));
+		json_t *sf = json_object_get(cfg, "scoring_func");
+		if (json_is_string(sf) && !strcmp(json_string_value(sf), "sigmoid"))
+			hp->gating = MOE_GATING_SIGMOID;
+	} else {
+		hp->n_ff = inter;
+	}
+	if (!strcmp(a->name, "deepseek2")) {
+		MOE_TRY(js_u32(cfg, "q_lora_rank", &hp->q_lora_rank, false, e));
+		MOE_TRY(js_u32(cfg, "kv_lora_rank", &hp->kv_lora_rank, false, e));
+		MOE_TRY(js_u32(cfg, "qk_rope_head_dim", &hp->rope_head_dim, false, e));
+		uint32_t nope = 0;
+		MOE_TRY(js_u32(cfg, "qk_nope_head_dim", &nope, false, e));
+		hp->head_dim = nope + hp->rope_head_dim;
+		MOE_TRY(js_u32(cfg, "v_head_dim", &hp->head_dim_v, false, e));
+		hp->n_rot = hp->rope_head_dim;
+	}
+	if (!strcmp(a->name, "granitemoe")) {
+		MOE_TRY(js_f64(cfg, "embedding_multiplier", &hp->embedding_scale, e));
+		MOE_TRY(js_f64(cfg, "residual_multiplier", &hp->residual_scale, e));
+		MOE_TRY(js_f64(cfg, "attention_multiplier", &hp->attention_scale, e));
+		MOE_TRY(js_f64(cfg, "logits_scaling", &hp->logit_scale, e));
+	}
+	bool bias = false;
+	MOE_TRY(js_bool(cfg, "attention_bias", &bias, e));
+	hp->qkv_bias = bias || !strcmp(a->name, "qwen2") || !strcmp(a->name, "qwen2moe");
+	bool tied = false;
+	MOE_TRY(js_bool(cfg, "tie_word_embeddings", &tied, e));
+	hp->tied_embeddings = tied || !has_lm_head;
+
+	json_t *rs = json_object_get(cfg, "rope_scaling");
+	if (json_is_object(rs)) {
+		json_t *t = json_object_get(rs, "rope_type");
+		if (!json_is_string(t))
+			t = json_object_get(rs, "type");
+		const char *ty = json_is_string(t) ? json_string_value(t) : "";
+		if (!strcmp(ty, "linear"))
+			hp->rope_scaling = MOE_ROPE_SCALING_LINEAR;
+		else if (!strcmp(ty, "yarn"))
+			hp->rope_scaling = MOE_ROPE_SCALING_YARN;
+		else if (!strcmp(ty, "llama3"))
+			hp->rope_scaling = MOE_ROPE_SCALING_LLAMA3;
+		else if (*ty && strcmp(ty, "default"))
+			return moe_err(e, MOE_EUNSUPPORTED,
+				       "config.json: rope_scaling type '%s' is not supported "
+				       "(linear, yarn, llama3)", ty);
+		if (hp->rope_scaling != MOE_ROPE_SCALING_NONE) {
+			MOE_TRY(js_f64(rs, "factor", &hp->rope_factor, e));
+			MOE_TRY(js_u32(rs, "original_max_position_embeddings", &hp->rope_orig_ctx,
+				       false, e));
+		}
+	}
+	if (!hp->head_dim && hp->n_head)
+		hp->head_dim = hp->n_embd / hp->n_head;
+	if (!hp->head_dim_v)
+		hp->head_dim_v = hp->head_dim;
+	if (!hp->n_rot) {
+		double partial = 1.0;
+		MOE_TRY(js_f64(cfg, "partial_rotary_factor", &partial, e));
+		hp->n_rot = (uint32_t)(hp->head_dim * partial);
+	}
+	return 0;
+}
+
+int moe_hparams_from_hf(moe_hparams *hp, const char *config_json, bool has_lm_head,
+			moe_error *e)
+{
+	json_error_t je;
+	json_t *cfg = json_loads(config_json, 0, &je);
+	if (!cfg)
+		return moe_err(e, MOE_EFORMAT, "config.json: line %d: %s", je.line, je.text);
+	if (!json_is_object(cfg)) {
+		json_decref(cfg);
+		return moe_err(e, MOE_EFORMAT, "config.json: not a JSON object");
+	}
+	int rc = hf_from_config(hp, cfg, has_lm_head, e);
+	json_decref(cfg);
+	return rc;
+}
+
+int moe_hparams_check(const moe_hparams *hp, moe_error *e)
+{
+	if (!hp->n_embd || !hp->n_layer || !hp->n_head || !hp->n_vocab)
+		return moe_err(e, MOE_EFORMAT, "hparams: embedding size, layers, heads and vocabulary "
+					       "must be non-zero");
+	if (hp->n_layer > 4096 || hp->n_head > 4096 || hp->n_expert > 4096)
+		return moe_err(e, MOE_EFORMAT, "hparams: absurd layer/head/expert count");
+	if (!hp->n_head_kv || hp->n_head % hp->n_head_kv)
+		return moe_err(e, MOE_EFORMAT, "hparams: %u heads not divisible by %u KV heads",
+			       hp->n_head, hp->n_head_kv);
+	if (hp->n_expert && (!hp->n_expert_used || hp->n_expert_used > hp->n_expert))
+		return moe_err(e, MOE_EFORMAT, "hparams: %u experts used of %u", hp->n_expert_used,
+			       hp->n_expert);
+	if (!hp->n_expert && hp->n_expert_used)
+		return moe_err(e, MOE_EFORMAT, "hparams: experts used without experts");
+	if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
+		return moe_err(e, MOE_EFORMAT, "hparams: rotary dims %u invalid for head size %u",
+			       hp->n_rot, hp->head_dim);
+	if (!(hp->norm_eps > 0) || !(hp->rope_base > 0))
+		return moe_err(e, MOE_EFORMAT, "hparams: norm epsilon and RoPE base must be positive");
+	return 0;
+}
+
+/* ------------------------------------------------------------ JSON form */
+
+static const char *rope_kind_name(moe_rope_kind k)
+{
+	return k == MOE_ROPE_NEOX ? "neox" : "norm";
+}
+static const char *rope_scaling_name(moe_rope_scaling s)
+{
+	switch (s) {
+	case MOE_ROPE_SCALING_LINEAR: return "linear";
+	case MOE_ROPE_SCALING_YARN: return "yarn";
+	case MOE_ROPE_SCALING_LLAMA3: return "llama3";
+	default: return "none";
+	}
+}
+static const char *qk_norm_name(moe_qk_norm q)
+{
+	return q == MOE_QK_NORM_HEAD ? "per_head" : q == MOE_QK_NORM_FULL ? "full" : "none";
+}
+
+/* Round doubles to float precision so GGUF (f32 keys) and config.json
+ * (decimal) sources print the same value. */
+static json_t *jreal(double v)
+{
+	return json_real((double)(float)v);
+}
+
+json_t *moe_hparams_to_json(const moe_hparams *hp)
+{
+	json_t *o = json_object();
+	json_t *rope = json_object();
+	json_object_set_new(rope, "kind", json_string(rope_kind_name(hp->rope_kind)));
+	json_object_set_new(rope, "base", jreal(hp->rope_base));
+	json_object_set_new(rope, "n_rot", json_integer(hp->n_rot));
+	json_object_set_new(rope, "scaling", json_string(rope_scaling_name(hp->rope_scaling)));
+	json_object_set_new(rope, "factor", jreal(hp->rope_factor));
+	json_object_set_new(rope, "orig_ctx", json_integer(hp->rope_orig_ctx));
+#define U(k) json_object_set_new(o, #k, json_integer(hp->k))
+	U(n_vocab); U(n_ctx_train); U(n_embd); U(n_layer); U(n_head); U(n_head_kv); U(head_dim);
+	U(head_dim_v); U(n_ff); U(n_expert); U(n_expert_used); U(n_ff_exp); U(n_expert_shared);
+	U(n_ff_shexp); U(n_layer_dense_lead); U(q_lora_rank); U(kv_lora_rank); U(rope_head_dim);
+#undef U
+	json_object_set_new(o, "rope", rope);
+	json_object_set_new(o, "norm", json_string(hp->norm_kind == MOE_NORM_LAYER ? "layer" : "rms"));
+	json_object_set_new(o, "norm_eps", jreal(hp->norm_eps));
+	json_object_set_new(o, "qk_norm", json_string(qk_norm_name(hp->qk_norm)));
+	json_object_set_new(o, "topk_renorm", json_boolean(hp->topk_renorm));
+	json_object_set_new(o, "expert_gating",
+			    json_string(hp->gating == MOE_GATING_SIGMOID ? "sigmoid" : "softmax"));
+	json_object_set_new(o, "expert_weights_scale", jreal(hp->expert_weights_scale));
+	json_object_set_new(o, "shared_expert_gate", json_boolean(hp->shared_expert_gate));
+	json_object_set_new(o, "tied_embeddings", json_boolean(hp->tied_embeddings));
+	json_object_set_new(o, "qkv_bias", json_boolean(hp->qkv_bias));
+	json_object_set_new(o, "embedding_scale", jreal(hp->embedding_scale));
+	json_object_set_new(o, "residual_scale", jreal(hp->residual_scale));
+	json_object_set_new(o, "attention_scale", jreal(hp->attention_scale));
+	json_object_set_new(o, "logit_scale", jreal(hp->logit_scale));
+	return o;
+}
+
+static int jget_u32(const json_t *o, const char *k, uint32_t *out, moe_error *e)
+{
+	json_t *v = json_object_get(o, k);
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    json_integer_value(v) > (json_int_t)UINT32_MAX)
+		return moe_err(e, MOE_EFORMAT, "metadata: hparams.%s missing or not a count", k);
+	*out = (uint32_t)json_integer_value(v);
+	return 0;
+}
+static int jget_f64(const json_t *o, const char *k, double *out, moe_error *e)
+{
+	json_t *v = json_object_get(o, k);
+	if (!json_is_number(v))
+		return moe_err(e, MOE_EFORMAT, "metadata: hparams.%s missing or not a number", k);
+	*out = json_number_value(v);
+	return 0;
+}
+static int jget_bool(const json_t *o, const char *k, bool *out, moe_error *e)
+{
+	json_t *v = json_object_get(o, k);
+	if (!json_is_boolean(v))
+		return moe_err(e, MOE_EFORMAT, "metadata: hparams.%s missing or not a boolean", k);
+	*out = json_is_true(v);
+	return 0;
+}
+static int jget_enum(const json_t *o, const char *k, const char *const *names, int *out,
+		     moe_error *e)
+{
+	json_t *v = json_object_get(o, k);
+	if (json_is_string(v))
+		for (int i = 0; names[i]; i++)
+			if (!strcmp(names[i], json_string_value(v))) {
+				*out = i;
+				return 0;
+			}
+	return moe_err(e, MOE_EFORMAT, "metadata: hparams.%s missing or not one of the known values",
+		       k);
+}
+
+int moe_hparams_from_json(moe_hparams *hp, const json_t *o, moe_error *e)
+{
+	static const char *const rope_kinds[] = {"norm", "neox", NULL};
+	static const char *const scalings[] = {"none", "linear", "yarn", "llama3", NULL};
+	static const char *const norms[] = {"rms", "layer", NULL};
+	static const char *const qk[] = {"none", "per_head", "full", NULL};
+	static const char *const gatings[] = {"softmax", "sigmoid", NULL};
+	memset(hp, 0, sizeof *hp);
+	if (!json_is_object(o))
+		return moe_err(e, MOE_EFORMAT, "metadata: hparams missing");
+#define U(k) MOE_TRY(jget_u32(o, #k, &hp->k, e))
+	U(n_vocab); U(n_ctx_train); U(n_embd); U(n_layer); U(n_head); U(n_head_kv); U(head_dim);
+	U(head_dim_v); U(n_ff); U(n_expert); U(n_expert_used); U(n_ff_exp); U(n_expert_shared);
+	U(n_ff_shexp); U(n_layer_dense_lead); U(q_lora_rank); U(kv_lora_rank); U(rope_head_dim);
+#undef U
+	const json_t *rope = json_object_get(o, "rope");
+	if (!json_is_object(rope))
+		return moe_err(e, MOE_EFORMAT, "metadata: hparams.rope missing");
+	int v;
+	MOE_TRY(jget_enum(rope, "kind", rope_kinds, &v, e));
+	hp->rope_kind = (moe_rope_kind)v;
+	MOE_TRY(jget_enum(rope, "scaling", scalings, &v, e));
+	hp->rope_scaling = (moe_rope_scaling)v;
+	MOE_TRY(jget_f64(rope, "base", &hp->rope_base, e));
+	MOE_TRY(jget_f64(rope, "factor", &hp->rope_factor, e));
+	MOE_TRY(jget_u32(rope, "n_rot", &hp->n_rot, e));
+	MOE_TRY(jget_u32(rope, "orig_ctx", &hp->rope_orig_ctx, e));
+	MOE_TRY(jget_enum(o, "norm", norms, &v, e));
+	hp->norm_kind = (moe_norm_kind)v;
+	MOE_TRY(jget_enum(o, "qk_norm", qk, &v, e));
+	hp->qk_norm = (moe_qk_norm)v;
+	MOE_TRY(jget_enum(o, "expert_gating", gatings, &v, e));
+	hp->gating = (moe_gating)v;
+	MOE_TRY(jget_f64(o, "norm_eps", &hp->norm_eps, e));
+	MOE_TRY(jget_bool(o, "topk_renorm", &hp->topk_renorm, e));
+	MOE_TRY(jget_f64(o, "expert_weights_scale", &hp->expert_weights_scale, e));
+	MOE_TRY(jget_bool(o, "shared_expert_gate", &hp->shared_expert_gate, e));
+	MOE_TRY(jget_bool(o, "tied_embeddings", &hp->tied_embeddings, e));
+	MOE_TRY(jget_bool(o, "qkv_bias", &hp->qkv_bias, e));
+	MOE_TRY(jget_f64(o, "embedding_scale", &hp->embedding_scale, e));
+	MOE_TRY(jget_f64(o, "residual_scale", &hp->residual_scale, e));
+	MOE_TRY(jget_f64(o, "attention_scale", &hp->attention_scale, e));
+	MOE_TRY(jget_f64(o, "logit_scale", &hp->logit_scale, e));
+	return moe_hparams_check(hp, e);
+}
+
+/* ------------------------------------------------------- tensor names */
+
+/* GGUF base name -> role, for names that differ from the role name. */
+static int role_of_base(const char *base, bool is_bias)
+{
+	char buf[80];
+	if (!strcmp(base, "exp_probs_b"))
+		return MOE_UTH_ROLE_FFN_EXP_PROBS_B;
+	snprintf(buf, sizeof buf, "%s%s", base, is_bias ? "_bias" : "");
+	int r = moe_uth_role_from_name(buf);
+	return r > 0 ? r : -1;
+}
+
+int moe_arch_place_canonical(const char *name, moe_tensor_place *p, moe_error *e)
+{
+	memset(p, 0, sizeof *p);
+	p->layer = p->expert = -1;
+	if (strlen(name) >= sizeof p->name)
+		return moe_err(e, MOE_EFORMAT, "tensor name '%.60s...' too long", name);
+	snprintf(p->name, sizeof p->name, "%s", name);
+	char base[64], kind[16];
+	unsigned l, x;
+	int n = 0;
+	if (sscanf(name, "blk.%u.%63[a-z_].%u.%15[a-z]%n", &l, base, &x, kind, &n) == 4 &&
+	    name[n] == '\0') {
+		p->layer = (int)l;
+		p->expert = (int)x;
+	} else if (n = 0, sscanf(name, "blk.%u.%63[a-z_0-9].%15[a-z]%n", &l, base, kind, &n) == 3 &&
+		   name[n] == '\0') {
+		p->layer = (int)l;
+	} else if (n = 0, sscanf(name, "%63[a-z_].%15[a-z]%n", base, kind, &n) == 2 &&
+		   name[n] == '\0') {
+	} else {
+		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", name);
+	}
+	if (strcmp(kind, "weight") && strcmp(kind, "bias"))
+		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", name);
+	if (p->layer > 0xFFFE || p->expert > 0xFFFE)
+		return moe_err(e, MOE_EFORMAT, "tensor '%s': layer or expert index too large", name);
+	p->role = role_of_base(base, !strcmp(kind, "bias"));
+	if (p->role < 0)
+		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': unknown tensor kind '%s'", name, base);
+	return 0;
+}
+
+/* HF suffix (after "model.layers.N.") -> GGUF base. '#' stands for the
+ * expert index. */
+static const struct { const char *hf, *base; } hf_layer_map[] = {
+	{"input_layernorm", "attn_norm"},
+	{"self_attn.q_proj", "attn_q"},
+	{"self_attn.k_proj", "attn_k"},
+	{"self_attn.v_proj", "attn_v"},
+	{"self_attn.o_proj", "attn_output"},
+	{"self_attn.q_norm", "attn_q_norm"},
+	{"self_attn.k_norm", "attn_k_norm"},
+	{"self_attn.q_a_proj", "attn_q_a"},
+	{"self_attn.q_a_layernorm", "attn_q_a_norm"},
+	{"self_attn.q_b_proj", "attn_q_b"},
+	{"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"},
+	{"self_attn.kv_a_layernorm", "attn_kv_a_norm"},
+	{"self_attn.kv_b_proj", "attn_kv_b"},
+	{"post_attention_layernorm", "ffn_norm"},
+	{"mlp.gate_proj", "ffn_gate"},
+	{"mlp.up_proj", "ffn_up"},
+	{"mlp.down_proj", "ffn_down"},
+	{"mlp.gate", "ffn_gate_inp"},
+	{"block_sparse_moe.gate", "ffn_gate_inp"},
+	{"block_sparse_moe.router.layer", "ffn_gate_inp"},
+	{"mlp.experts.#.gate_proj", "ffn_gate"},
+	{"mlp.experts.#.up_proj", "ffn_up"},
+	{"mlp.experts.#.down_proj", "ffn_down"},
+	{"block_sparse_moe.experts.#.w1", "ffn_gate"},
+	{"block_sparse_moe.experts.#.w3", "ffn_up"},
+	{"block_sparse_moe.experts.#.w2", "ffn_down"},
+	{"mlp.shared_expert.gate_proj", "ffn_gate_shexp"},
+	{"mlp.shared_expert.up_proj", "ffn_up_shexp"},
+	{"mlp.shared_expert.down_proj", "ffn_down_shexp"},
+	{"mlp.shared_experts.gate_proj", "ffn_gate_shexp"},
+	{"mlp.shared_experts.up_proj", "ffn_up_shexp"},
+	{"mlp.shared_experts.down_proj", "ffn_down_shexp"},
+	{"mlp.shared_expert_gate", "ffn_gate_inp_shexp"},
+	/* GraniteMoE stacks its experts: handled by the converter. */
+	{"block_sparse_moe.input_linear", "ffn_gate_up_exps"},
+	{"block_sparse_moe.output_linear", "ffn_down_exps"},
+};
+
+/* Match `s` against pattern `pat` where '#' matches a decimal number. */
+static bool match_hash(const char *s, const char *pat, int *num)
+{
+	*num = -1;
+	while (*pat) {
+		if (*pat == '#') {
+			if (*s < '0' || *s > '9')
+				return false;
+			long v = 0;
+			while (*s >= '0' && *s <= '9') {
+				v = v * 10 + (*s++ - '0');
+				if (v > 0xFFFE)
+					return false;
+			}
+			*num = (int)v;
+			pat++;
+		} else if (*s++ != *pat++) {
+			return false;
+		}
+	}
+	return *s == '\0';
+}
+
+int moe_arch_map_hf_name(const moe_arch_info *a, const char *hf, moe_tensor_place *p,
+			 moe_error *e)
+{
+	(void)a;
+	char canon[96];
+	static const struct { const char *hf, *canon; } top[] = {
+		{"model.embed_tokens.weight", "token_embd.weight"},
+		{"model.norm.weight", "output_norm.weight"},
+		{"model.norm.bias", "output_norm.bias"},
+		{"lm_head.weight", "output.weight"},
+		{"lm_head.bias", "output.bias"},
+	};
+	for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+		if (!strcmp(hf, top[i].hf))
+			return moe_arch_place_canonical(top[i].canon, p, e);
+
+	unsigned layer;
+	int n = 0;
+	if (sscanf(hf, "model.layers.%u.%n", &layer, &n) != 1 || n == 0 || layer > 0xFFFE)
+		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", hf);
+	const char *rest = hf + n;
+	const char *dot = strrchr(rest, '.');
+	if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias") &&
+		     strcmp(dot, ".e_score_correction_bias")))
+		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", hf);
+	char stem[96];
+	size_t sl = (size_t)(dot - rest);
+	if (sl >= sizeof stem)
+		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", hf);
+	memcpy(stem, rest, sl);
+	stem[sl] = '\0';
+	if (!strcmp(dot, ".e_score_correction_bias") && !strcmp(stem, "mlp.gate")) {
+		snprintf(canon, sizeof canon, "blk.%u.exp_probs_b.bias", layer);
+		return moe_arch_place_canonical(canon, p, e);
+	}
+	const char *suffix = dot + 1;
+	for (size_t i = 0; i < sizeof hf_layer_map / sizeof hf_layer_map[0]; i++) {
+		int x;
+		if (!match_hash(stem, hf_layer_map[i].hf, &x))
+			continue;
+		const char *base = hf_layer_map[i].base;
+		if (!strcmp(base, "ffn_gate_up_exps") || !strcmp(base, "ffn_down_exps")) {
+			memset(p, 0, sizeof *p);
+			snprintf(p->name, sizeof p->name, "blk.%u.%s.%s", layer, base, suffix);
+			p->layer = (int)layer;
+			p->expert = -1;
+			p->role = !strcmp(base, "ffn_down_exps") ? MOE_UTH_ROLE_FFN_DOWN
+								 : MOE_UTH_ROLE_FFN_GATE;
+			return 0;
+		}
+		if (x >= 0)
+			snprintf(canon, sizeof canon, "blk.%u.%s.%d.%s", layer, base, x, suffix);
+		else
+			snprintf(canon, sizeof canon, "blk.%u.%s.%s", layer, base, suffix);
+		return moe_arch_place_canonical(canon, p, e);
+	}
+	return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", hf);
+}

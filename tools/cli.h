@@ -1,0 +1,26 @@
+/* cli.h — what every moe tool shares: the program name, GNU-style
+ * --version, and die()/usage_error() with the fixed exit codes
+ * (0 ok, 1 failure, 2 usage error). */
+#ifndef MOE_CLI_H
+#define MOE_CLI_H
+
+#include "core.h"
+
+enum { EXIT_USAGE = 2 };
+
+/* Remember argv[0]'s base name and install the cleanup of temporary
+ * output files on SIGINT/SIGTERM. */
+void cli_init(const char *argv0);
+const char *cli_prog(void);
+/* "prog: message" on stderr, exit 1. */
+_Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Report a library error and exit 1. */
+_Noreturn void die_error(const moe_error *e);
+/* "prog: message" + a --help hint on stderr, exit 2. */
+_Noreturn void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* GNU-style version text on stdout. */
+void print_version(void);
+/* Parse a non-negative integer option value or exit 2 naming the option. */
+long cli_parse_long(const char *opt, const char *val, long min, long max);
+
+#endif
