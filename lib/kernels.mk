@@ -1,1 +1,25 @@
-# lib/kernels.mk — module fragment (sources, unit tests).
+# lib/kernels.mk — compute kernels: generic C (always), AVX2 and AVX-512
+# (each its own object with its own flags, chosen at run time), matmul.
+noinst_HEADERS += lib/kernels.h lib/kernels/kernels_int.h
+lib_libmoecore_a_SOURCES += lib/kernels/kernels.c lib/kernels/generic.c lib/kernels/matmul.c
+
+# Automake has no per-object flags, so each SIMD file is the only source of
+# a convenience library with the ISA's CFLAGS, and its object is added to
+# libmoecore.a directly (LIBADD of a static library takes objects).  Only
+# kernels.c calls into them, after checking the CPU.
+noinst_LIBRARIES += lib/libmoe_avx2.a lib/libmoe_avx512.a
+lib_libmoe_avx2_a_SOURCES = lib/kernels/avx2.c
+lib_libmoe_avx2_a_CFLAGS = $(AM_CFLAGS) $(AVX2_CFLAGS)
+lib_libmoe_avx512_a_SOURCES = lib/kernels/avx512.c
+lib_libmoe_avx512_a_CFLAGS = $(AM_CFLAGS) $(AVX512_CFLAGS)
+lib_libmoecore_a_LIBADD += lib/kernels/libmoe_avx2_a-avx2.$(OBJEXT) \
+	lib/kernels/libmoe_avx512_a-avx512.$(OBJEXT)
+
+check_PROGRAMS += tests/unit/t-kernels
+TESTS += tests/unit/t-kernels tests/unit/t-kernels-generic.sh
+tests_unit_t_kernels_LDADD = $(MOE_LIBS)
+EXTRA_DIST += tests/unit/t-kernels-generic.sh
+
+# Micro-benchmark (not a test): make tests/unit/bench-kernels
+noinst_PROGRAMS += tests/unit/bench-kernels
+tests_unit_bench_kernels_LDADD = $(MOE_LIBS)

@@ -1,0 +1,90 @@
+/* kernels.h — compute kernels: dot products that fuse dequantisation with the
+ * multiply, activation quantisation, and matrix products over a thread pool.
+ *
+ * How to use: moe_kernels_get() returns the table for the ISA chosen once at
+ * run time (moe_cpu_isa(), overridable with MOE_ISA); tests ask for every
+ * level with moe_kernels_for().  Weights are never expanded to float: a
+ * weight row of type T is multiplied with an activation row quantised to
+ * T's vec_dot_type (quant.h: Q8_0, Q8_K, or F32 for float weights).
+ *
+ * moe_matmul computes Y[t][r] = sum_k W[r][k] * X[t][k] for all tokens t of a
+ * batch (prefill) or a single token (decode), quantising X once and reusing
+ * each weight block across tokens; threads split the rows (the tokens, when
+ * there are few rows and many tokens).  Each waking of the pool costs a few
+ * microseconds, so a forward pass that runs many small products per token
+ * may prefer one pool job calling moe_matmul_quantize/moe_matmul_compute.
+ *
+ * Weights may start at any byte offset (mapped files); activations are
+ * ordinary aligned floats.
+ */
+#ifndef MOE_KERNELS_H
+#define MOE_KERNELS_H
+
+#include "core.h"
+#include "quant.h"
+
+/* s = dot(w[0..n), x[0..n)); w of the weight type, x of its vec_dot_type;
+ * n a multiple of the weight type's block size. */
+typedef void (*moe_vec_dot_fn)(int64_t n, float *s, const void *w, const void *x);
+/* Quantise n floats into the activation type (n a multiple of its block). */
+typedef void (*moe_quantize_row_fn)(const float *x, void *y, int64_t n);
+/* Many dot products at once: s[t * lds + r] = dot(w + r * ldw, x + t * ldx)
+ * for r < nr, t < nt (ldw, ldx in bytes, lds in floats); any nr, nt >= 0.
+ * Loads each weight block once per register tile of rows x tokens, so it is
+ * the prefill kernel (and, with nt = 1, the decode one). */
+typedef void (*moe_gemm_fn)(int64_t n, int nr, int nt, const void *w, size_t ldw,
+			    const void *x, size_t ldx, float *s, size_t lds);
+
+typedef struct moe_kernels {
+	moe_isa isa;
+	moe_vec_dot_fn vec_dot[MOE_DTYPE_MAX];           /* NULL: type unsupported */
+	moe_quantize_row_fn quantize_row[MOE_DTYPE_MAX]; /* activation types */
+	/* Fast row decoders (F16, BF16 at least; NULL: use quant.h's to_float).
+	 * The KV cache and embeddings use them. */
+	moe_to_float_fn to_float[MOE_DTYPE_MAX];
+	/* Tiled products for the types this ISA has them for; NULL: moe_matmul
+	 * loops over vec_dot instead (same results up to rounding). */
+	moe_gemm_fn gemm[MOE_DTYPE_MAX];
+} moe_kernels;
+
+/* Kernels for the ISA chosen at run time. Never NULL. */
+const moe_kernels *moe_kernels_get(void);
+/* Kernels for a given ISA level (NULL if not built or not supported by the
+ * CPU). */
+const moe_kernels *moe_kernels_for(moe_isa isa);
+
+/* 0 if moe_matmul can multiply `dtype` weights with `cols` columns;
+ * MOE_EUNSUPPORTED for a type without a kernel, MOE_EFORMAT if cols is not a
+ * positive multiple of the type's block size.  Check once when binding a
+ * tensor: moe_matmul itself cannot report errors. */
+int moe_kernels_check(const moe_kernels *k, int dtype, int64_t cols, moe_error *e);
+
+/* Bytes of scratch moe_matmul needs for n_tokens rows of `cols` activations
+ * quantised for weight type `dtype`: 0 when none is needed (float weights
+ * read X directly) and SIZE_MAX for an unknown type or an overflowing size
+ * (so that allocating it fails). */
+size_t moe_matmul_scratch(int dtype, int64_t cols, int64_t n_tokens);
+
+/* Y[t*ldy + r] = sum_k W[r][k] * X[t*ldx + k] for r < rows, t < n_tokens.
+ * W: rows x cols of `dtype`, row stride = moe_type_nbytes(dtype, cols).
+ * scratch: moe_matmul_scratch() bytes (activations quantised once).
+ * pool may be NULL (single thread).  Cannot fail on valid arguments; on
+ * arguments moe_kernels_check rejects it logs an error and fills Y with
+ * NaN. */
+void moe_matmul(const moe_kernels *k, moe_pool *pool, int dtype, const void *W, int64_t rows,
+		int64_t cols, const float *X, int64_t ldx, int64_t n_tokens, float *Y, int64_t ldy,
+		void *scratch);
+
+/* The two halves of moe_matmul for callers that run their own pool job
+ * (several products in one job, separated by their own barrier): thread
+ * ith of nth quantises its share of the tokens of X into scratch, and after
+ * every thread has done so, computes its share of Y.  Arguments as for
+ * moe_matmul; X and ldx are also needed by compute (float weights use X
+ * directly). */
+void moe_matmul_quantize(const moe_kernels *k, int dtype, int64_t cols, const float *X,
+			 int64_t ldx, int64_t n_tokens, void *scratch, int ith, int nth);
+void moe_matmul_compute(const moe_kernels *k, int dtype, const void *W, int64_t rows,
+			int64_t cols, const float *X, int64_t ldx, int64_t n_tokens, float *Y,
+			int64_t ldy, const void *scratch, int ith, int nth);
+
+#endif

@@ -1,0 +1,207 @@
+/* bench-kernels.c — micro-benchmark of moe_matmul per weight type and ISA
+ * (not a test: built with `make tests/unit/bench-kernels`, run by hand).
+ *
+ * decode:  one token through rows x cols weights.  Several copies of the
+ *          matrix (together larger than the L3 cache) are used in turn so
+ *          the weights come from memory as in a real model; reports GB/s of
+ *          weights streamed and GFLOP/s.
+ * prefill: n tokens (default 512) through one matrix; reports GFLOP/s.
+ * Each figure is the median of --reps runs.
+ *
+ *   bench-kernels [-t THREADS] [-r REPS] [-m ROWSxCOLS] [-n PREFILL_TOKENS]
+ *                 [-i generic|avx2|avx512|all] [-H] [-b] [TYPE...]
+ * -H: decode from one cache-resident copy (kernel speed without memory).
+ * -b: report the fastest run instead of the median.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kernels.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static bool use_best;
+
+/* The median, or with -b the fastest run (for kernel tuning on a machine
+ * others are using: interference only ever slows a run down). */
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	if (use_best)
+		return v[0];
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t rng = 88172645463325252ull;
+
+static float frand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (float)((int32_t)(rng >> 32) / 2147483648.0);
+}
+
+/* Types without a reference quantiser: random bytes with the f16 scales
+ * (offsets from lib/quant/blocks.h) set to 2^-6 (0x2400), so the speed is
+ * that of ordinary finite data. */
+static void random_blocks(int dt, uint8_t *p, size_t n)
+{
+	const moe_type_traits *t = moe_type_get(dt);
+	static const struct { int type, off[2]; } scales[] = {
+		{MOE_Q2_K, {80, 82}}, {MOE_Q3_K, {108, -1}}, {MOE_IQ4_XS, {0, -1}},
+	};
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(frand() * 256);
+	for (size_t k = 0; k < sizeof(scales) / sizeof(scales[0]); k++) {
+		if (scales[k].type != dt)
+			continue;
+		for (size_t b = 0; b + t->type_size <= n; b += t->type_size)
+			for (int j = 0; j < 2; j++)
+				if (scales[k].off[j] >= 0)
+					memcpy(p + b + scales[k].off[j], &(uint16_t){0x2400}, 2);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int threads = 2, reps = 9, n_prefill = 512, isa_sel = -1;
+	bool hot = false, best = false;
+	int64_t rows = 4096, cols = 4096;
+	int types[MOE_DTYPE_MAX], n_types = 0;
+	moe_error e;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-t") && i + 1 < argc)
+			threads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "-r") && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "-b"))
+			best = true;
+		else if (!strcmp(argv[i], "-H"))
+			hot = true;
+		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+			n_prefill = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
+			long long a, b;
+			if (sscanf(argv[++i], "%lldx%lld", &a, &b) != 2) {
+				fprintf(stderr, "bad -m %s (want ROWSxCOLS)\n", argv[i]);
+				return 2;
+			}
+			rows = a;
+			cols = b;
+		} else if (!strcmp(argv[i], "-i") && i + 1 < argc) {
+			const char *s = argv[++i];
+			isa_sel = !strcasecmp(s, "generic") ? 0 : !strcasecmp(s, "avx2") ? 1
+				  : !strcasecmp(s, "avx512") ? 2 : -1;
+		} else {
+			int t = moe_type_from_name(argv[i]);
+			if (t < 0) {
+				fprintf(stderr, "unknown type or option %s\n", argv[i]);
+				return 2;
+			}
+			types[n_types++] = t;
+		}
+	}
+	if (!n_types) {
+		static const int def[] = {MOE_Q4_K, MOE_Q5_K, MOE_Q6_K, MOE_Q8_0, MOE_Q4_0,
+					  MOE_F16, MOE_BF16};
+		for (size_t i = 0; i < sizeof(def) / sizeof(def[0]); i++)
+			types[n_types++] = def[i];
+	}
+	use_best = best;
+	if (reps < 1 || reps > 1000)
+		reps = 9;
+	if (n_prefill < 1)
+		n_prefill = 512;
+
+	moe_pool *pool = NULL;
+	if (moe_pool_create(&pool, threads, &e) < 0) {
+		fprintf(stderr, "%s\n", e.msg);
+		return 1;
+	}
+	float *X = malloc(sizeof(float) * (size_t)cols * n_prefill);
+	float *Y = malloc(sizeof(float) * (size_t)rows * n_prefill);
+	for (int64_t i = 0; i < cols * n_prefill; i++)
+		X[i] = frand();
+
+	printf("# %lldx%lld, %d threads, median of %d; decode streams copies totalling >= 256 MiB\n",
+	       (long long)rows, (long long)cols, threads, reps);
+	printf("%-7s %-7s %10s %10s %10s %12s %12s\n", "type", "isa", "dec GB/s", "dec GFLOP",
+	       "dec us", "pp GFLOP/s", "pp tok/s");
+	for (int ti = 0; ti < n_types; ti++) {
+		int dt = types[ti];
+		const moe_type_traits *tr = moe_type_get(dt);
+		uint64_t rb;
+		if (!tr || moe_type_nbytes(dt, (uint64_t)cols, &rb, &e) < 0) {
+			fprintf(stderr, "%s: unknown type or bad width\n", moe_type_name(dt));
+			continue;
+		}
+		size_t mb = (size_t)rb * (size_t)rows;
+		int copies = hot ? 1 : (int)((256u << 20) / mb) + 1;
+		uint8_t *W = malloc(mb * copies);
+		float *f = malloc(sizeof(float) * (size_t)cols);
+		for (int64_t r = 0; r < rows; r++) {
+			if (tr->from_float) {
+				for (int64_t c = 0; c < cols; c++)
+					f[c] = frand() * 0.05f;
+				tr->from_float(f, W + r * rb, cols);
+			} else {
+				random_blocks(dt, W + r * rb, (size_t)rb);
+			}
+		}
+		for (int c = 1; c < copies; c++)
+			memcpy(W + c * mb, W, mb);
+		free(f);
+		size_t sb = moe_matmul_scratch(dt, cols, n_prefill);
+		void *scratch = malloc(sb ? sb : 1);
+
+		for (int isa = 0; isa < 3; isa++) {
+			const moe_kernels *k = moe_kernels_for((moe_isa)isa);
+			if (!k || (isa_sel >= 0 && isa != isa_sel))
+				continue;
+			double tdec[1000], tpp[1000];
+			/* decode: every rep goes through all copies once */
+			for (int c = 0; c < copies; c++) /* warm up */
+				moe_matmul(k, pool, dt, W + c * mb, rows, cols, X, cols, 1, Y, rows,
+					   scratch);
+			for (int r = 0; r < reps; r++) {
+				double t0 = moe_time_now();
+				for (int c = 0; c < copies; c++)
+					moe_matmul(k, pool, dt, W + c * mb, rows, cols, X, cols, 1, Y,
+						   rows, scratch);
+				for (int c = 0; hot && c < 99; c++) /* repeat the hot copy */
+					moe_matmul(k, pool, dt, W, rows, cols, X, cols, 1, Y, rows,
+						   scratch);
+				tdec[r] = (moe_time_now() - t0) / (hot ? 100 : copies);
+			}
+			double dec = median(tdec, reps);
+			int pp_reps = isa == 0 ? 1 : reps;
+			for (int r = 0; r < pp_reps; r++) {
+				double t0 = moe_time_now();
+				moe_matmul(k, pool, dt, W, rows, cols, X, cols, n_prefill, Y, rows,
+					   scratch);
+				tpp[r] = moe_time_now() - t0;
+			}
+			double pp = median(tpp, pp_reps);
+			double flop = 2.0 * rows * cols;
+			printf("%-7s %-7s %10.2f %10.2f %10.1f %12.1f %12.1f\n", tr->name,
+			       moe_isa_name((moe_isa)isa), mb / dec / 1e9, flop / dec / 1e9,
+			       dec * 1e6, flop * n_prefill / pp / 1e9, n_prefill / pp);
+			fflush(stdout);
+		}
+		free(W);
+		free(scratch);
+	}
+	free(X);
+	free(Y);
+	moe_pool_free(pool);
+	return 0;
+}

@@ -1,0 +1,656 @@
+/* t-kernels.c — the compute kernels against independent references.
+ *
+ * 1. Every generic dot product against a double-precision sum of quant.h's
+ *    reference decoders: to_float(weights) . to_float(quantised activations).
+ *    Both sides see the same quantised values, so only float rounding
+ *    separates them.
+ * 2. Every kernel of every ISA table this CPU supports (vec_dot and the
+ *    tiled gemm) against the generic one.
+ * 3. The activation quantisers of each ISA against the generic ones, and
+ *    the row decoders (to_float) against quant.h's, bit for bit.
+ * 4. moe_matmul (1, 3, 17 tokens; 1, 2, 3 threads; odd row counts; strided
+ *    X and Y) against a plain loop of generic quantiser + generic vec_dot.
+ *
+ * Tolerances are relative to sum |w_i| |x_i| (the size of the terms, so
+ * cancellation in the result cannot make a correct kernel fail):
+ *   - generic vs double reference: 2e-5.  The integer block sums are exact;
+ *     what remains is float accumulation over at most a few hundred blocks
+ *     (or n/4 elements per partial sum for float weights).
+ *   - SIMD vs generic: 2e-5 for every type.  The SIMD kernels compute the
+ *     same integer sums; only the order of the float accumulation differs.
+ *   A single wrong element among the n <= 1024 used here moves the result by
+ *   about 1/n of the scale, far above these bounds.
+ *
+ * Run also with MOE_ISA=generic (t-kernels-generic.sh) so moe_kernels_get's
+ * override is exercised; the table walk in 2.-4. covers every level anyway.
+ */
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kernels.h"
+#include "quant/blocks.h"
+#include "tap.h"
+
+#define TOL_REF 2e-5
+#define TOL_SIMD 2e-5
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd32(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+
+static float frand(void) /* [-1, 1) */
+{
+	return (float)((int32_t)rnd32() / 2147483648.0);
+}
+
+/* Roughly normal, with an occasional outlier as real activations have. */
+static float grand(void)
+{
+	float v = (frand() + frand() + frand() + frand()) * 0.87f;
+	if (rnd32() % 97 == 0)
+		v *= 12.0f;
+	return v;
+}
+
+static const int weight_types[] = {
+	MOE_F32, MOE_F16, MOE_BF16, MOE_Q8_0, MOE_Q4_0, MOE_Q4_1, MOE_Q5_0, MOE_Q5_1,
+	MOE_Q2_K, MOE_Q3_K, MOE_Q4_K, MOE_Q5_K, MOE_Q6_K, MOE_IQ4_NL, MOE_IQ4_XS, MOE_MXFP4,
+};
+#define N_WEIGHT_TYPES (int)(sizeof(weight_types) / sizeof(weight_types[0]))
+
+static size_t nbytes(int dtype, int64_t n)
+{
+	uint64_t nb = 0;
+	if (moe_type_nbytes(dtype, (uint64_t)n, &nb, NULL) < 0)
+		abort();
+	return (size_t)nb;
+}
+
+static uint16_t rand_scale_f16(float lo, float hi, bool allow_negative)
+{
+	float v = lo + (hi - lo) * (frand() * 0.5f + 0.5f);
+	if (allow_negative && (rnd32() & 1))
+		v = -v;
+	return moe_f32_to_f16(v);
+}
+
+#define SET16(blk, field, val)                                                 \
+	do {                                                                   \
+		uint16_t v_ = (val);                                           \
+		memcpy((uint8_t *)(blk) + offsetof(__typeof__(*(blk)), field), &v_, 2); \
+	} while (0)
+
+/* Random bytes everywhere (every code, every scale bit pattern), then the
+ * float fields set to sane values so sums stay finite. */
+static void random_blocks(int dtype, void *dst, int64_t n)
+{
+	const moe_type_traits *t = moe_type_get(dtype);
+	int64_t nb = n / t->block_size;
+	uint8_t *p = dst;
+
+	for (size_t i = 0; i < nb * t->type_size; i++)
+		p[i] = (uint8_t)rnd32();
+	for (int64_t i = 0; i < nb; i++) {
+		uint8_t *b = p + i * t->type_size;
+		switch (dtype) {
+		case MOE_Q4_0: SET16((moe_block_q4_0 *)b, d, rand_scale_f16(0.01f, 0.2f, true)); break;
+		case MOE_Q5_0: SET16((moe_block_q5_0 *)b, d, rand_scale_f16(0.01f, 0.1f, true)); break;
+		case MOE_Q8_0: SET16((moe_block_q8_0 *)b, d, rand_scale_f16(0.001f, 0.02f, true)); break;
+		case MOE_IQ4_NL:
+			SET16((moe_block_iq4_nl *)b, d, rand_scale_f16(0.001f, 0.02f, true));
+			break;
+		case MOE_Q4_1:
+			SET16((moe_block_q4_1 *)b, d, rand_scale_f16(0.01f, 0.2f, false));
+			SET16((moe_block_q4_1 *)b, m, rand_scale_f16(0.1f, 1.5f, true));
+			break;
+		case MOE_Q5_1:
+			SET16((moe_block_q5_1 *)b, d, rand_scale_f16(0.01f, 0.1f, false));
+			SET16((moe_block_q5_1 *)b, m, rand_scale_f16(0.1f, 1.5f, true));
+			break;
+		case MOE_Q2_K:
+			SET16((moe_block_q2_k *)b, d, rand_scale_f16(0.01f, 0.1f, false));
+			SET16((moe_block_q2_k *)b, dmin, rand_scale_f16(0.01f, 0.1f, false));
+			break;
+		case MOE_Q3_K:
+			SET16((moe_block_q3_k *)b, d, rand_scale_f16(0.001f, 0.02f, true));
+			break;
+		case MOE_Q4_K:
+			SET16((moe_block_q4_k *)b, d, rand_scale_f16(0.001f, 0.01f, false));
+			SET16((moe_block_q4_k *)b, dmin, rand_scale_f16(0.001f, 0.02f, false));
+			break;
+		case MOE_Q5_K:
+			SET16((moe_block_q5_k *)b, d, rand_scale_f16(0.0005f, 0.005f, false));
+			SET16((moe_block_q5_k *)b, dmin, rand_scale_f16(0.001f, 0.02f, false));
+			break;
+		case MOE_Q6_K:
+			SET16((moe_block_q6_k *)b, d, rand_scale_f16(0.0001f, 0.001f, true));
+			break;
+		case MOE_IQ4_XS:
+			SET16((moe_block_iq4_xs *)b, d, rand_scale_f16(0.0001f, 0.001f, true));
+			break;
+		case MOE_MXFP4: ((moe_block_mxfp4 *)b)->e = (uint8_t)(120 + rnd32() % 8); break;
+		default: break;
+		}
+	}
+}
+
+/* Weights: the reference quantiser of random floats when quant.h has one
+ * (mode 0), else random valid blocks. */
+static void make_weights(int dtype, void *dst, int64_t n, int mode)
+{
+	const moe_type_traits *t = moe_type_get(dtype);
+
+	if ((mode == 0 || !t->is_quantized) && t->from_float) {
+		float *f = malloc((size_t)n * sizeof(float));
+		for (int64_t i = 0; i < n; i++)
+			f[i] = grand() * 0.1f;
+		t->from_float(f, dst, n);
+		free(f);
+	} else {
+		random_blocks(dtype, dst, n);
+	}
+}
+
+static void make_floats(float *x, int64_t n, int kind)
+{
+	for (int64_t i = 0; i < n; i++)
+		x[i] = kind == 1 ? 0.0f : kind == 2 ? grand() * 1e-3f : grand();
+}
+
+/* Activations of weight type dtype: quantised with the generic quantiser,
+ * or the floats themselves for float weights. */
+static void *make_act(const moe_kernels *gen, int dtype, const float *x, int64_t n)
+{
+	int at = moe_type_get(dtype)->vec_dot_type;
+	void *q = malloc(nbytes(at, n));
+	if (at == MOE_F32)
+		memcpy(q, x, (size_t)n * sizeof(float));
+	else
+		gen->quantize_row[at](x, q, n);
+	return q;
+}
+
+/* Double reference and the scale sum |w||x| of one row pair. */
+static double ref_dot(int dtype, const void *w, const void *xq, int64_t n, double *scale)
+{
+	int at = moe_type_get(dtype)->vec_dot_type;
+	float *fw = malloc((size_t)n * sizeof(float)), *fx = malloc((size_t)n * sizeof(float));
+	double s = 0.0, sc = 0.0;
+
+	moe_type_get(dtype)->to_float(w, fw, n);
+	moe_type_get(at)->to_float(xq, fx, n);
+	for (int64_t i = 0; i < n; i++) {
+		s += (double)fw[i] * fx[i];
+		sc += fabs((double)fw[i] * fx[i]);
+	}
+	free(fw);
+	free(fx);
+	*scale = sc;
+	return s;
+}
+
+static bool close_enough(double got, double want, double scale, double tol)
+{
+	return isfinite(got) && fabs(got - want) <= tol * scale + 1e-30;
+}
+
+static const moe_kernels *tables[3];
+static int n_tables;
+
+/* ------------------------------------------------------------ dot products */
+
+static void test_vec_dot(void)
+{
+	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
+
+	for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+		int dt = weight_types[ti];
+		const moe_type_traits *t = moe_type_get(dt);
+		int fails_ref = 0, fails_simd[3] = {0}, cases = 0;
+		double worst_ref = 0.0, worst_simd[3] = {0};
+
+		/* One block, an odd number of blocks (SIMD steps take two),
+		 * and a long row; float types get lengths with SIMD tails. */
+		int64_t bs = t->block_size;
+		const int64_t sizes[3] = {bs == 1 ? 37 : bs, bs == 1 ? 1000 : 3 * bs, 1024};
+		for (int si = 0; si < 3; si++) {
+			int64_t n = sizes[si];
+			for (int mode = 0; mode < 2; mode++) {
+				for (int kind = 0; kind < 3; kind++) {
+					void *w = malloc(nbytes(dt, n));
+					float *x = malloc((size_t)n * sizeof(float));
+					make_weights(dt, w, n, mode);
+					make_floats(x, n, kind);
+					void *xq = make_act(gen, dt, x, n);
+					double scale, ref = ref_dot(dt, w, xq, n, &scale);
+					float got = NAN;
+					gen->vec_dot[dt](n, &got, w, xq);
+					cases++;
+					if (!close_enough(got, ref, scale, TOL_REF)) {
+						fails_ref++;
+						printf("# %s n=%lld mode %d kind %d: generic %.9g, "
+						       "reference %.9g (scale %g)\n",
+						       t->name, (long long)n, mode, kind, got, ref, scale);
+					} else if (scale > 0) {
+						double r = fabs(got - ref) / scale;
+						worst_ref = r > worst_ref ? r : worst_ref;
+					}
+					for (int k = 1; k < n_tables; k++) {
+						float simd = NAN;
+						tables[k]->vec_dot[dt](n, &simd, w, xq);
+						if (!close_enough(simd, got, scale, TOL_SIMD)) {
+							fails_simd[k]++;
+							printf("# %s %s n=%lld mode %d kind %d: %.9g, "
+							       "generic %.9g (scale %g)\n",
+							       moe_isa_name(tables[k]->isa), t->name,
+							       (long long)n, mode, kind, simd, got, scale);
+						} else if (scale > 0) {
+							double r = fabs(simd - got) / scale;
+							if (r > worst_simd[k])
+								worst_simd[k] = r;
+						}
+					}
+					free(w);
+					free(x);
+					free(xq);
+				}
+			}
+		}
+		ok(fails_ref == 0, "%s: generic vec_dot matches the reference (%d cases, worst %.2g)",
+		   t->name, cases, worst_ref);
+		for (int k = 1; k < n_tables; k++)
+			ok(fails_simd[k] == 0, "%s: %s vec_dot matches generic (worst %.2g)",
+			   t->name, moe_isa_name(tables[k]->isa), worst_simd[k]);
+	}
+}
+
+/* The tiled kernels for every tile shape and remainder, with odd strides
+ * and an odd number of blocks, against the generic vec_dot. */
+static void test_gemm(void)
+{
+	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
+
+	for (int k = 0; k < n_tables; k++) {
+		for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+			int dt = weight_types[ti];
+			moe_gemm_fn gemm = tables[k]->gemm[dt];
+			if (!gemm)
+				continue;
+			const moe_type_traits *t = moe_type_get(dt);
+			int at = t->vec_dot_type, fails = 0, cases = 0;
+			int64_t n = t->block_size == MOE_QK_K ? 512 : t->block_size == 1 ? 150 : 160;
+			/* Odd strides (weights may sit anywhere; float activations are floats). */
+			size_t wb = nbytes(dt, n) + 7, xb = nbytes(at, n) + (at == MOE_F32 ? 4 : 3);
+			const int maxr = 11, maxt = 10;
+			uint8_t *w = malloc(wb * maxr), *xq = malloc(xb * maxt);
+			float *x = malloc((size_t)n * sizeof(float));
+			const size_t lds = maxr + 2;
+			float *s = malloc(sizeof(float) * lds * maxt);
+
+			for (int r = 0; r < maxr; r++)
+				make_weights(dt, w + r * wb, n, r & 1);
+			for (int i = 0; i < maxt; i++) {
+				make_floats(x, n, i == 3 ? 1 : 0);
+				void *q = make_act(gen, dt, x, n);
+				memcpy(xq + i * xb, q, nbytes(at, n));
+				free(q);
+			}
+			for (int nr = 0; nr <= maxr; nr++) {
+				for (int nt = 0; nt <= maxt; nt++) {
+					for (size_t i = 0; i < lds * maxt; i++)
+						s[i] = -12345.0f;
+					gemm(n, nr, nt, w, wb, xq, xb, s, lds);
+					for (int tt = 0; tt < maxt; tt++) {
+						for (size_t r = 0; r < lds; r++) {
+							float got = s[tt * lds + r];
+							bool inside = tt < nt && (int)r < nr;
+							cases++;
+							if (!inside) {
+								fails += got != -12345.0f;
+								continue;
+							}
+							float want;
+							double scale;
+							gen->vec_dot[dt](n, &want, w + r * wb,
+									 xq + tt * xb);
+							ref_dot(dt, w + r * wb, xq + tt * xb, n, &scale);
+							if (!close_enough(got, want, scale, TOL_SIMD)) {
+								if (fails < 5)
+									printf("# %s %s nr=%d nt=%d "
+									       "r=%zu t=%d: %.9g, "
+									       "vec_dot %.9g\n",
+									       moe_isa_name(tables[k]->isa),
+									       t->name, nr, nt, r, tt,
+									       got, want);
+								fails++;
+							}
+						}
+					}
+				}
+			}
+			ok(fails == 0, "%s: %s gemm matches generic vec_dot for every tile shape (%d values)",
+			   t->name, moe_isa_name(tables[k]->isa), cases);
+			free(w);
+			free(xq);
+			free(x);
+			free(s);
+		}
+	}
+}
+
+/* ---------------------------------------------------------------- quantisers */
+
+static void test_quantizers(void)
+{
+	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
+	static const int act_types[] = {MOE_Q8_0, MOE_Q8_1, MOE_Q8_K};
+	const int64_t n = 1024;
+	float *x = malloc(n * sizeof(float));
+
+	for (int k = 1; k < n_tables; k++) {
+		for (int ai = 0; ai < 3; ai++) {
+			int at = act_types[ai];
+			moe_quantize_row_fn q = tables[k]->quantize_row[at];
+			if (!q || q == gen->quantize_row[at])
+				continue;
+			size_t nb = nbytes(at, n);
+			uint8_t *a = malloc(nb), *b = malloc(nb);
+			int bad_scale = 0, bad_code = 0, off_by_one = 0, bad_sum = 0;
+			for (int kind = 0; kind < 4; kind++) {
+				make_floats(x, n, kind == 3 ? 0 : kind);
+				if (kind == 3) /* a zero block among large ones */
+					memset(x + 256, 0, 256 * sizeof(float));
+				gen->quantize_row[at](x, a, n);
+				memset(b, 0x55, nb);
+				q(x, b, n);
+				if (at == MOE_Q8_K) {
+					const moe_block_q8_k *ba = (void *)a, *bb = (void *)b;
+					for (int i = 0; i < n / MOE_QK_K; i++) {
+						if (fabsf(ba[i].d - bb[i].d) > 1e-6f * fabsf(ba[i].d))
+							bad_scale++;
+						for (int j = 0; j < MOE_QK_K; j++) {
+							int dlt = abs(ba[i].qs[j] - bb[i].qs[j]);
+							bad_code += dlt > 1;
+							off_by_one += dlt == 1;
+						}
+						for (int g = 0; g < 16; g++) {
+							int s = 0;
+							for (int j = 0; j < 16; j++)
+								s += bb[i].qs[16 * g + j];
+							bad_sum += s != bb[i].bsums[g];
+						}
+					}
+				} else {
+					size_t bs = at == MOE_Q8_0 ? sizeof(moe_block_q8_0)
+								   : sizeof(moe_block_q8_1);
+					size_t qoff = at == MOE_Q8_0 ? offsetof(moe_block_q8_0, qs)
+								     : offsetof(moe_block_q8_1, qs);
+					for (int i = 0; i < n / MOE_QK; i++) {
+						const uint8_t *pa = a + i * bs, *pb = b + i * bs;
+						bad_scale += memcmp(pa, pb, 2) != 0;
+						int sum = 0;
+						for (int j = 0; j < MOE_QK; j++) {
+							int8_t ca = (int8_t)pa[qoff + j];
+							int8_t cb = (int8_t)pb[qoff + j];
+							int dlt = abs(ca - cb);
+							bad_code += dlt > 1;
+							off_by_one += dlt == 1;
+							sum += cb;
+						}
+						if (at == MOE_Q8_1) {
+							uint16_t d, s;
+							memcpy(&d, pb, 2);
+							memcpy(&s, pb + 2, 2);
+							float want = sum * moe_f16_to_f32(d);
+							float got = moe_f16_to_f32(s);
+							bad_sum += fabsf(got - want) >
+								   1e-3f * fabsf(want) + 1e-7f;
+						}
+					}
+				}
+			}
+			ok(bad_scale == 0 && bad_code == 0 && bad_sum == 0,
+			   "%s: %s quantiser matches generic (scales %d, codes off by >1 %d, "
+			   "sums %d; %d codes off by 1)",
+			   moe_type_name(at), moe_isa_name(tables[k]->isa), bad_scale, bad_code,
+			   bad_sum, off_by_one);
+			free(a);
+			free(b);
+		}
+	}
+	free(x);
+}
+
+/* ------------------------------------------------------------ row decoders */
+
+/* Every table's to_float against quant.h's reference, bit for bit (the
+ * conversions are exact), on lengths that leave SIMD tails. */
+static void test_to_float(void)
+{
+	static const int64_t lens[] = {1, 7, 16, 37, 1000};
+
+	for (int k = 0; k < n_tables; k++) {
+		for (int dt = 0; dt < MOE_DTYPE_MAX; dt++) {
+			const moe_type_traits *t = moe_type_get(dt);
+			if (!t || !t->from_float || t->block_size != 1)
+				continue;
+			int bad = 0;
+			if (!tables[k]->to_float[dt]) {
+				ok(0, "%s: %s has a to_float", t->name, moe_isa_name(tables[k]->isa));
+				continue;
+			}
+			for (int li = 0; li < 5; li++) {
+				int64_t n = lens[li];
+				float *f = malloc(n * sizeof(float)), *a = malloc(n * sizeof(float));
+				float *b = malloc((n + 1) * sizeof(float));
+				void *enc = malloc(nbytes(dt, n));
+				for (int64_t i = 0; i < n; i++)
+					f[i] = i % 5 == 4 ? grand() * 1e-6f : grand() * 100.0f;
+				t->from_float(f, enc, n);
+				t->to_float(enc, a, n);
+				b[n] = 12345.0f;
+				tables[k]->to_float[dt](enc, b, n);
+				bad += memcmp(a, b, n * sizeof(float)) != 0 || b[n] != 12345.0f;
+				free(f);
+				free(a);
+				free(b);
+				free(enc);
+			}
+			ok(bad == 0, "%s: %s to_float equals the reference", t->name,
+			   moe_isa_name(tables[k]->isa));
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+static void test_matmul(void)
+{
+	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
+	static const int tokens[] = {1, 3, 17};
+	static const int threads[] = {1, 2, 3};
+	static const int row_counts[] = {37, 5};
+	moe_pool *pools[3] = {NULL};
+	moe_error e;
+
+	for (int i = 1; i < 3; i++)
+		if (moe_pool_create(&pools[i], threads[i], &e) < 0) {
+			ok(0, "create a pool of %d threads: %s", threads[i], e.msg);
+			return;
+		}
+
+	for (int k = 0; k < n_tables; k++) {
+		for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+			int dt = weight_types[ti];
+			const moe_type_traits *t = moe_type_get(dt);
+			int at = t->vec_dot_type, fails = 0, runs = 0;
+			const int64_t cols = 512, ldx = cols + 5;
+			const int max_rows = 37, max_tok = 17, ldy = max_rows + 3;
+			size_t wb = nbytes(dt, cols);
+			uint8_t *W = malloc(wb * max_rows);
+			float *X = malloc(sizeof(float) * ldx * max_tok);
+			float *Y = malloc(sizeof(float) * ldy * max_tok);
+			float *want = malloc(sizeof(float) * max_rows * max_tok);
+			double *scale = malloc(sizeof(double) * max_rows * max_tok);
+			size_t sb = moe_matmul_scratch(dt, cols, max_tok);
+			void *scratch = malloc(sb ? sb : 1);
+
+			for (int r = 0; r < max_rows; r++)
+				make_weights(dt, W + r * wb, cols, r % 3 == 0);
+			for (int i = 0; i < max_tok; i++)
+				make_floats(X + i * ldx, cols, i == 2 ? 1 : 0);
+			for (int i = 0; i < max_tok; i++) {
+				void *xq = make_act(gen, dt, X + i * ldx, cols);
+				for (int r = 0; r < max_rows; r++) {
+					gen->vec_dot[dt](cols, &want[i * max_rows + r], W + r * wb, xq);
+					ref_dot(dt, W + r * wb, xq, cols, &scale[i * max_rows + r]);
+				}
+				free(xq);
+			}
+			for (int nti = 0; nti < 3; nti++) {
+				for (int thi = 0; thi < 3; thi++) {
+					for (int ri = 0; ri < 2; ri++) {
+						int nt = tokens[nti], rows = row_counts[ri];
+						for (size_t i = 0; i < (size_t)ldy * max_tok; i++)
+							Y[i] = -777.0f;
+						moe_matmul(tables[k], pools[thi], dt, W, rows, cols, X,
+							   ldx, nt, Y, ldy, scratch);
+						runs++;
+						for (int i = 0; i < max_tok; i++) {
+							for (int r = 0; r < ldy; r++) {
+								float got = Y[i * ldy + r];
+								if (i >= nt || r >= rows) {
+									fails += got != -777.0f;
+									continue;
+								}
+								double w = want[i * max_rows + r];
+								double sc = scale[i * max_rows + r];
+								if (!close_enough(got, w, sc, TOL_SIMD)) {
+									if (fails < 3)
+										printf("# %s %s t=%d r=%d "
+										       "(%d tok, %d thr, "
+										       "%d rows): %.9g, want "
+										       "%.9g\n",
+										       moe_isa_name(tables[k]->isa),
+										       t->name, i, r, nt,
+										       threads[thi], rows, got,
+										       w);
+									fails++;
+								}
+							}
+						}
+					}
+				}
+			}
+			ok(fails == 0, "%s: %s moe_matmul matches the plain loop (%d runs, act %s)",
+			   t->name, moe_isa_name(tables[k]->isa), runs, moe_type_name(at));
+			free(W);
+			free(X);
+			free(Y);
+			free(want);
+			free(scale);
+			free(scratch);
+		}
+	}
+	for (int i = 1; i < 3; i++)
+		moe_pool_free(pools[i]);
+}
+
+/* ------------------------------------------------------ dispatch and checks */
+
+static void test_dispatch(void)
+{
+	const moe_kernels *k = moe_kernels_get();
+	const char *req = getenv("MOE_ISA");
+	moe_error e;
+
+	ok(k != NULL && moe_kernels_for(MOE_ISA_GENERIC) != NULL, "tables exist");
+	ok(k->isa <= moe_cpu_isa(), "chosen table (%s) not above moe_cpu_isa (%s)",
+	   moe_isa_name(k->isa), moe_isa_name(moe_cpu_isa()));
+	if (req && !strcasecmp(req, "generic"))
+		is_int(k->isa, MOE_ISA_GENERIC, "MOE_ISA=generic selects the generic kernels");
+	for (int i = 0; i < 3; i++) {
+		const moe_kernels *t = moe_kernels_for((moe_isa)i);
+		if (t)
+			is_int(t->isa, i, "moe_kernels_for(%s) has that isa", moe_isa_name((moe_isa)i));
+	}
+	ok(moe_kernels_for((moe_isa)7) == NULL, "unknown isa level gives NULL");
+
+	for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+		int dt = weight_types[ti];
+		bool all = true;
+		for (int i = 0; i < n_tables; i++)
+			all = all && tables[i]->vec_dot[dt] &&
+			      moe_kernels_check(tables[i], dt, 1024, NULL) == 0;
+		ok(all, "%s: every table has a kernel", moe_type_name(dt));
+	}
+	is_int(moe_kernels_check(k, MOE_Q4_K, 100, &e), MOE_EFORMAT, "q4_k with 100 cols rejected");
+	ok(strstr(e.msg, "q4_k") && strstr(e.msg, "100"), "message names type and cols: %s", e.msg);
+	is_int(moe_kernels_check(k, MOE_Q4_0, 0, NULL), MOE_EFORMAT, "0 cols rejected");
+	is_int(moe_kernels_check(k, MOE_I32, 64, NULL), MOE_EUNSUPPORTED, "i32 weights rejected");
+	is_int(moe_kernels_check(k, 4, 64, NULL), MOE_EUNSUPPORTED, "unknown id 4 rejected");
+
+	/* Hand-computed sizes: Q8_K block 292 bytes per 256, Q8_0 34 per 32. */
+	is_int(moe_matmul_scratch(MOE_Q4_K, 512, 3), 3 * 2 * 292, "scratch q4_k 512 x 3");
+	is_int(moe_matmul_scratch(MOE_Q4_0, 64, 5), 5 * 2 * 34, "scratch q4_0 64 x 5");
+	is_int(moe_matmul_scratch(MOE_Q4_1, 64, 1), 2 * 36, "scratch q4_1 uses q8_1");
+	is_int(moe_matmul_scratch(MOE_F16, 4096, 7), 0, "no scratch for f16");
+	ok(moe_matmul_scratch(4, 64, 1) == SIZE_MAX, "unknown type: SIZE_MAX");
+	ok(moe_matmul_scratch(MOE_Q8_0, (int64_t)1 << 60, (int64_t)1 << 20) == SIZE_MAX,
+	   "overflow: SIZE_MAX");
+}
+
+/* A hand-computed product: Q8_0 weights all +2 with d = 0.5 (value 1.0);
+ * activations 1 except x[5] = 127 and x[37] = -127, so each block has
+ * amax 127, d = 1 and codes equal to the values: the dot is the sum, 62. */
+static void test_golden(void)
+{
+	moe_block_q8_0 w[2], xq[2];
+	float x[64];
+
+	for (int i = 0; i < 2; i++) {
+		w[i].d = moe_f32_to_f16(0.5f);
+		memset(w[i].qs, 2, sizeof(w[i].qs));
+	}
+	for (int j = 0; j < 64; j++)
+		x[j] = 1.0f;
+	x[5] = 127.0f;
+	x[37] = -127.0f;
+	for (int k = 0; k < n_tables; k++) {
+		float s = 0;
+		tables[k]->quantize_row[MOE_Q8_0](x, xq, 64);
+		tables[k]->vec_dot[MOE_Q8_0](64, &s, w, xq);
+		is_near(s, 62.0, 1e-6, "%s: hand-computed q8_0 product", moe_isa_name(tables[k]->isa));
+	}
+}
+
+int main(void)
+{
+	for (int i = 0; i < 3; i++)
+		if (moe_kernels_for((moe_isa)i))
+			tables[n_tables++] = moe_kernels_for((moe_isa)i);
+	printf("# tables:");
+	for (int i = 0; i < n_tables; i++)
+		printf(" %s", moe_isa_name(tables[i]->isa));
+	printf("\n");
+
+	test_dispatch();
+	test_golden();
+	test_vec_dot();
+	test_gemm();
+	test_quantizers();
+	test_to_float();
+	test_matmul();
+	return tap_done();
+}
