@@ -17,9 +17,15 @@
 typedef struct moe_convert_opts {
 	const char *input;  /* .gguf, snapshot dir, or .tar/.tar.gz/.tar.zst/.zip */
 	const char *output; /* path or "-" */
-	int out_type;       /* -1: keep source types; else MOE_F32/F16/BF16 for
-			       the matrices of a safetensors source */
+	int out_type;       /* -1: keep source types; else a type accepted by
+			       moe_convert_type_ok for the matrices of a
+			       safetensors source */
 } moe_convert_opts;
+
+/* Types --type accepts: f32, f16, bf16, and q8_0, q4_0, q4_1, q5_0, q5_1
+ * through the reference quantisers (quant.h), which match ggml's bytes. */
+#define MOE_CONVERT_TYPES "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1"
+bool moe_convert_type_ok(int dtype);
 
 /* Returns 0, or MOE_EINVAL (bad options), MOE_EUNSUPPORTED (architecture,
  * dtype), MOE_EFORMAT (malformed input), MOE_EIO, ... with a message naming

@@ -64,3 +64,13 @@ long cli_parse_long(const char *opt, const char *val, long min, long max)
 		usage_error("invalid value '%s' for %s (expected %ld..%ld)", val, opt, min, max);
 	return v;
 }
+
+float cli_parse_float(const char *opt, const char *val, double min, double max)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(val, &end);
+	if (errno || end == val || *end || !(v >= min && v <= max))
+		usage_error("invalid value '%s' for %s (expected %g..%g)", val, opt, min, max);
+	return (float)v;
+}

@@ -22,5 +22,7 @@ _Noreturn void usage_error(const char *fmt, ...) __attribute__((format(printf, 1
 void print_version(void);
 /* Parse a non-negative integer option value or exit 2 naming the option. */
 long cli_parse_long(const char *opt, const char *val, long min, long max);
+/* The same for a finite number in [min, max]. */
+float cli_parse_float(const char *opt, const char *val, double min, double max);
 
 #endif

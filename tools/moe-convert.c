@@ -21,9 +21,10 @@ static void help(void)
 	       "inside a .tar, .tar.gz, .tar.zst or .zip archive (read without unpacking).\n"
 	       "OUTPUT is a file (written atomically) or '-' for standard output.\n"
 	       "\n"
-	       "  -t, --type=TYPE   store safetensors matrices as f32, f16 or bf16\n"
-	       "                    (default: keep the source type; GGUF tensors always\n"
-	       "                    keep theirs)\n"
+	       "  -t, --type=TYPE   store safetensors matrices as TYPE: f32, f16, bf16,\n"
+	       "                    or q8_0, q4_0, q4_1, q5_0, q5_1 (round-to-nearest\n"
+	       "                    reference quantisation); default: keep the source\n"
+	       "                    type.  GGUF tensors always keep theirs\n"
 	       "  -i, --info        print a summary of FILE (.uth or .gguf)\n"
 	       "      --json        with --info: print JSON instead of text\n"
 	       "      --verify      check the header and every tensor checksum of FILE\n"
@@ -53,8 +54,8 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 't':
 			o.out_type = moe_type_from_name(optarg);
-			if (o.out_type != MOE_F32 && o.out_type != MOE_F16 && o.out_type != MOE_BF16)
-				usage_error("--type must be f32, f16 or bf16, not '%s'", optarg);
+			if (o.out_type < 0 || !moe_convert_type_ok(o.out_type))
+				usage_error("--type must be one of %s, not '%s'", MOE_CONVERT_TYPES, optarg);
 			break;
 		case 'i': info = true; break;
 		case OPT_JSON: json = true; break;

@@ -1,11 +1,11 @@
-# tools/moe-run.mk — moe-run: for now the tokenizer modes (--tokenize,
-# --detokenize, --render-chat).
+# tools/moe-run.mk — moe-run: text generation, --chat, --jsonl and the
+# tokenizer modes (--tokenize, --detokenize, --render-chat).
 bin_PROGRAMS += tools/moe-run
 tools_moe_run_SOURCES = tools/moe-run.c tools/cli.c
 tools_moe_run_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tools_moe_run_LDADD = $(MOE_LIBS)
 dist_man_MANS += man/moe-run.1
 TESTS += tests/cli/t0300-tokenize.sh tests/cli/t0310-detokenize.sh \
-	tests/cli/t0320-render-chat.sh
+	tests/cli/t0320-render-chat.sh tests/cli/t0420-run-generate.sh
 EXTRA_DIST += tests/cli/t0300-tokenize.sh tests/cli/t0310-detokenize.sh \
-	tests/cli/t0320-render-chat.sh
+	tests/cli/t0320-render-chat.sh tests/cli/t0420-run-generate.sh

@@ -288,6 +288,14 @@ static bool is_float_type(int t)
 	return t == MOE_F32 || t == MOE_F16 || t == MOE_BF16;
 }
 
+/* Float types, and the block types whose reference quantiser produces the
+ * same bytes as ggml's (quant.h): round-to-nearest, no importance matrix. */
+bool moe_convert_type_ok(int t)
+{
+	return is_float_type(t) || t == MOE_Q8_0 || t == MOE_Q4_0 || t == MOE_Q4_1 ||
+	       t == MOE_Q5_0 || t == MOE_Q5_1;
+}
+
 static int plan_hf(plan *p, const moe_hf *h, const moe_arch_info *a, const moe_hparams *hp,
 		   int out_type, moe_error *e)
 {
@@ -322,8 +330,10 @@ static int plan_hf(plan *p, const moe_hf *h, const moe_arch_info *a, const moe_h
 				pl.role == MOE_UTH_ROLE_FFN_GATE_INP_SHEXP;
 		if (keep_f32)
 			dst = MOE_F32;
-		else if (out_type >= 0)
+		else if (out_type >= 0 && ne[0] % moe_type_get(out_type)->block_size == 0)
 			dst = out_type;
+		else if (out_type >= 0)
+			dst = MOE_F16; /* rows that do not split into blocks */
 
 		uint32_t perm = 0;
 		if (a->permute_hf_qk && (pl.role == MOE_UTH_ROLE_ATTN_Q || pl.role == MOE_UTH_ROLE_ATTN_Q_BIAS))
@@ -603,8 +613,8 @@ int moe_convert(const moe_convert_opts *o, moe_error *e)
 {
 	if (!o->input || !o->output)
 		return moe_err(e, MOE_EINVAL, "input and output are required");
-	if (o->out_type >= 0 && !is_float_type(o->out_type))
-		return moe_err(e, MOE_EINVAL, "--type must be f32, f16 or bf16 (use moe-quant to quantise)");
+	if (o->out_type >= 0 && !moe_convert_type_ok(o->out_type))
+		return moe_err(e, MOE_EINVAL, "--type must be one of %s", MOE_CONVERT_TYPES);
 	conversion c;
 	int rc = conversion_prepare(&c, o->input, o->out_type, e);
 	if (rc == 0) {

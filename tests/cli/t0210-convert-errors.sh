@@ -16,7 +16,7 @@ done < "$T/cases"
 
 # Usage errors exit 2.
 "$CONV" 2>/dev/null; is "$?" 2 "no arguments: exit 2"
-"$CONV" --type q4_k a b 2>/dev/null; is "$?" 2 "--type q4_k: exit 2"
+"$CONV" --type q4_k a b 2>/dev/null; is "$?" 2 "--type q4_k (no reference quantiser): exit 2"
 "$CONV" --bogus 2>/dev/null; is "$?" 2 "unknown option: exit 2"
 "$CONV" /nonexistent "$T/out/y.uth" 2>"$T/err"; is "$?" 1 "missing input: exit 1"
 grep -q "/nonexistent" "$T/err"; ok $? "missing input named"

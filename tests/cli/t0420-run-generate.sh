@@ -1,0 +1,99 @@
+#!/bin/sh
+# t0420-run-generate.sh — moe-run text generation end to end: the greedy
+# continuation of a text prompt equals the numpy reference's (through the
+# tokenizer and detokenizer), stop strings, -n, seeds, --jsonl, --chat,
+# and the error paths.
+. "$top_srcdir/tests/cli/lib.sh"
+GEN="$PYTHON3 $top_srcdir/scripts/gen-model"
+RUN="$BIN/moe-run"
+REF="$PYTHON3 $top_srcdir/tests/ref/ref.py"
+
+check "generate a tiny mixtral" -- $GEN --arch mixtral --format gguf --seed 11 --out "$T/m"
+check "convert it" -- "$BIN/moe-convert" "$T/m.gguf" "$T/m.uth"
+PROMPT="The quick brown fox"
+
+# Reference: the same ids (BOS added as the tokenizer says, as moe-run does).
+ids=$("$RUN" -m "$T/m.uth" --tokenize --add-special --parse-special -p "$PROMPT")
+ok $? "prompt tokenized: $ids"
+$REF --model "$T/m.gguf" --tokens "$ids" --greedy 24 > "$T/ref.ids"; ok $? "reference greedy run"
+"$RUN" -m "$T/m.uth" --detokenize -f "$T/ref.ids" > "$T/ref.txt"
+"$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos > "$T/out.txt"; ok $? "moe-run greedy"
+cmp -s "$T/out.txt" "$T/ref.txt"; ok $? "greedy text equals the reference's continuation"
+"$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos -b 1 > "$T/out-b1.txt"
+cmp -s "$T/out-b1.txt" "$T/out.txt"; ok $? "token-by-token prefill gives the same text"
+"$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos --kv-type f32 -t 1 > "$T/out-f32.txt"
+cmp -s "$T/out-f32.txt" "$T/out.txt"; ok $? "f32 KV cache, one thread: same text"
+MOE_ISA=generic "$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos > "$T/out-gen.txt"
+cmp -s "$T/out-gen.txt" "$T/out.txt"; ok $? "MOE_ISA=generic: same text"
+
+# -n 0 writes nothing; prompt from stdin and -f.
+out=$("$RUN" -m "$T/m.uth" -p "$PROMPT" -n 0); is "$out" "" "-n 0 generates nothing"
+printf '%s' "$PROMPT" | "$RUN" -m "$T/m.uth" -n 24 --temp 0 --ignore-eos > "$T/stdin.txt"
+cmp -s "$T/stdin.txt" "$T/out.txt"; ok $? "prompt from standard input"
+printf '%s' "$PROMPT" > "$T/p.txt"
+"$RUN" -m "$T/m.uth" -f "$T/p.txt" -n 24 --temp 0 --ignore-eos > "$T/file.txt"
+cmp -s "$T/file.txt" "$T/out.txt"; ok $? "prompt from -f FILE"
+
+# A stop string cuts the text before it (pick one from the greedy text).
+stop=$($PYTHON3 -c "import sys; t=open(sys.argv[1],encoding='utf-8',errors='replace').read(); print(t[len(t)//2:len(t)//2+2])" "$T/out.txt")
+"$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos --stop "$stop" > "$T/stop.txt"
+$PYTHON3 - "$T/out.txt" "$T/stop.txt" "$stop" <<'PY'
+import sys
+full = open(sys.argv[1], 'rb').read(); cut = open(sys.argv[2], 'rb').read(); stop = sys.argv[3].encode()
+assert full.startswith(cut), 'not a prefix'
+assert cut == full[:full.index(stop)], 'not cut at the first stop string'
+PY
+ok $? "--stop '$stop' ends the text just before it"
+
+# Sampling: a seed reproduces, another seed differs.
+a=$("$RUN" -m "$T/m.uth" -p "$PROMPT" -n 16 --seed 1 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 | od -An -tx1)
+b=$("$RUN" -m "$T/m.uth" -p "$PROMPT" -n 16 --seed 1 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 | od -An -tx1)
+c=$("$RUN" -m "$T/m.uth" -p "$PROMPT" -n 16 --seed 2 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 | od -An -tx1)
+is "$a" "$b" "same seed, same text"
+[ "$a" != "$c" ]; ok $? "another seed, other text"
+
+# JSONL: one output line per input line; bad lines give errors and the batch goes on.
+printf '%s\n' \
+	"{\"id\": 1, \"prompt\": \"$PROMPT\", \"n_predict\": 24, \"temperature\": 0}" \
+	'not json' \
+	'{"prompt": 5}' \
+	"{\"id\": \"x\", \"prompt\": \"$PROMPT\", \"n_predict\": 3, \"temperature\": 0}" \
+	'{"messages": [{"role": "user", "content": "hi"}], "n_predict": 2}' \
+	| "$RUN" -m "$T/m.uth" --jsonl --ignore-eos > "$T/out.jsonl"; ok $? "--jsonl batch"
+$PYTHON3 - "$T/out.jsonl" "$T/out.txt" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1], encoding='utf-8')]
+want = open(sys.argv[2], 'rb').read().decode('utf-8', 'replace')
+assert len(rows) == 5, rows
+assert rows[0]['id'] == 1 and rows[0]['text'] == want and rows[0]['tokens'] == 24, rows[0]
+assert rows[0]['finish_reason'] == 'length'
+assert 'error' in rows[1] and rows[1]['line'] == 2 and 'JSON' in rows[1]['error']
+assert 'error' in rows[2] and 'prompt' in rows[2]['error']
+assert rows[3]['id'] == 'x' and rows[3]['tokens'] == 3 and want.startswith(rows[3]['text'])
+assert rows[4]['tokens'] == 2 and 'text' in rows[4]
+PY
+ok $? "--jsonl results: same text as the CLI, ids echoed, errors per line"
+
+# Chat: two turns from standard input, the cache kept across turns.
+printf 'hello\nand again\n' | "$RUN" -m "$T/m.uth" --chat -n 4 --temp 0 --verbose > "$T/chat.out" 2> "$T/chat.err"
+ok $? "--chat with two turns"
+is "$(wc -l < "$T/chat.out" | tr -d ' ')" 2 "one reply line per turn"
+grep -q "evaluated" "$T/chat.err" && $PYTHON3 - "$T/chat.err" <<'PY'
+import re, sys
+turns = re.findall(r'prompt (\d+) tokens \((\d+) evaluated\)', open(sys.argv[1]).read())
+assert len(turns) == 2, turns
+n2, ev2 = map(int, turns[1])
+assert ev2 < n2, 'second turn re-evaluated the whole conversation'
+PY
+ok $? "second turn reuses the cached conversation"
+
+# Errors.
+"$RUN" -m "$T/m.uth" -p x --temp -1 2>/dev/null; is $? 2 "--temp -1: usage error"
+"$RUN" -m "$T/m.uth" --chat -p x 2>/dev/null; is $? 2 "--chat with -p: usage error"
+"$RUN" -m "$T/m.uth" --tokenize -n 3 -p x 2>/dev/null; is $? 2 "-n with --tokenize: usage error"
+"$RUN" -m "$T/m.gguf" -p x 2> "$T/err"; is $? 1 "a GGUF model: failure"
+grep -q "convert it first" "$T/err"; ok $? "a GGUF model gets a hint to convert it"
+"$RUN" -m "$T/m.uth" -c 4 -p "$PROMPT and a much longer prompt than four tokens" 2> "$T/err"; is $? 1 "prompt longer than the context: failure"
+grep -q "context full" "$T/err"; ok $? "the message says the context is full"
+"$RUN" -m "$T/m.uth" -c 12 -p "$PROMPT" --temp 0 --ignore-eos > /dev/null; ok $? "generation stops at a full context"
+done_testing

@@ -1,0 +1,66 @@
+/* engine-run — test helper: run the engine on token ids.
+ *
+ *   engine-run MODEL.uth "ID ID ..." N_GREEDY [BATCH] > out.txt
+ *
+ * Prints line 1: the logits of the last prompt position (space separated,
+ * %.9g); line 2: N_GREEDY greedily generated ids.  BATCH (default 256) sets
+ * the prefill batch size, so tests can compare batched and token-by-token
+ * prefill. */
+#include "model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv)
+{
+	if (argc < 4) {
+		fprintf(stderr, "usage: engine-run MODEL \"IDS\" N_GREEDY [BATCH]\n");
+		return 2;
+	}
+	moe_error e = {0};
+	moe_model *m;
+	if (moe_model_load(&m, argv[1], &e) < 0) {
+		fprintf(stderr, "engine-run: %s\n", e.msg);
+		return 1;
+	}
+	int32_t ids[4096];
+	size_t n = 0;
+	for (char *s = argv[2], *end; n < 4096; s = end) {
+		long v = strtol(s, &end, 10);
+		if (end == s)
+			break;
+		ids[n++] = (int32_t)v;
+	}
+	int n_greedy = atoi(argv[3]);
+	moe_ctx_params cp = {.n_ctx = (int)n + n_greedy + 1, .n_batch = argc > 4 ? atoi(argv[4]) : 0};
+	moe_ctx *c;
+	if (moe_ctx_new(&c, m, &cp, &e) < 0) {
+		fprintf(stderr, "engine-run: %s\n", e.msg);
+		return 1;
+	}
+	uint32_t nv = m->hp.n_vocab;
+	float *logits = malloc(nv * sizeof *logits);
+	if (moe_ctx_eval(c, ids, n, logits, false, &e) < 0) {
+		fprintf(stderr, "engine-run: %s\n", e.msg);
+		return 1;
+	}
+	for (uint32_t i = 0; i < nv; i++)
+		printf("%s%.9g", i ? " " : "", logits[i]);
+	printf("\n");
+	for (int g = 0; g < n_greedy; g++) {
+		int32_t best = 0;
+		for (uint32_t i = 1; i < nv; i++)
+			if (logits[i] > logits[best])
+				best = (int32_t)i;
+		printf("%s%d", g ? " " : "", best);
+		if (moe_ctx_eval(c, &best, 1, logits, false, &e) < 0) {
+			fprintf(stderr, "engine-run: %s\n", e.msg);
+			return 1;
+		}
+	}
+	printf("\n");
+	free(logits);
+	moe_ctx_free(c);
+	moe_model_free(m);
+	return 0;
+}
