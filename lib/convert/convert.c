@@ -502,6 +502,12 @@ static int source_open(source *s, const char *path, moe_error *e)
 			source_close(s);
 			return moe_err(e, MOE_EINVAL, "%s: already a UTH file", path);
 		}
+		size_t pl = strlen(path);
+		if (pl > 5 && !strcmp(path + pl - 5, ".gguf")) {
+			source_close(s);
+			return moe_err(e, MOE_EFORMAT, "%s: bad magic: not a GGUF file (expected \"GGUF\")",
+				       path);
+		}
 		moe_src_close(s->src);
 		s->src = NULL;
 	}

@@ -1,25 +1,33 @@
 /* pool.c — a fixed thread pool running one data-parallel job at a time.
  *
  * The caller's thread takes part as thread 0, so a pool of n threads starts
- * n-1 workers.  Workers sleep on a condition variable between jobs; a job is
- * identified by a generation counter so a worker never runs the same job
- * twice or misses one. */
+ * n-1 workers.  Decoding one token dispatches ~100 small jobs, so waking a
+ * worker must cost far less than a condition-variable round trip: workers
+ * spin on an atomic job counter for a while (~50 us) after each job and only
+ * then sleep on a condition variable; the caller spins until the job's
+ * pending count drops to zero. */
 #include "core.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#define SPIN_ROUNDS (1 << 15) /* polls before a worker goes to sleep */
 
 struct moe_pool {
 	int n_threads;
 	pthread_t *workers;
-	pthread_mutex_t lock;
-	pthread_cond_t job_ready, job_done;
-	uint64_t generation; /* bumped for each job */
-	int pending;         /* workers still running the current job */
-	bool quit;
+	_Atomic uint64_t generation; /* bumped for each job */
+	atomic_int pending;          /* workers still running the current job */
+	atomic_bool quit;
 	moe_pool_fn fn;
 	void *arg;
+	/* sleeping workers */
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	int sleepers;
 };
 
 typedef struct {
@@ -27,29 +35,49 @@ typedef struct {
 	int ith;
 } worker_arg;
 
-static void *worker_main(void *p)
+static inline void cpu_relax(void)
 {
-	worker_arg *wa = p;
-	moe_pool *pool = wa->pool;
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+/* Wait until the job counter moves past `seen` (or quit); returns the new
+ * generation. */
+static uint64_t wait_for_job(moe_pool *p, uint64_t seen)
+{
+	for (int i = 0; i < SPIN_ROUNDS; i++) {
+		uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
+		if (g != seen || atomic_load_explicit(&p->quit, memory_order_relaxed))
+			return g;
+		cpu_relax();
+	}
+	pthread_mutex_lock(&p->lock);
+	uint64_t g;
+	while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
+	       !atomic_load(&p->quit)) {
+		p->sleepers++;
+		pthread_cond_wait(&p->wake, &p->lock);
+		p->sleepers--;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return g;
+}
+
+static void *worker_main(void *arg)
+{
+	worker_arg *wa = arg;
+	moe_pool *p = wa->pool;
 	int ith = wa->ith;
 	free(wa);
 	uint64_t seen = 0;
-	pthread_mutex_lock(&pool->lock);
 	for (;;) {
-		while (!pool->quit && pool->generation == seen)
-			pthread_cond_wait(&pool->job_ready, &pool->lock);
-		if (pool->quit)
+		seen = wait_for_job(p, seen);
+		if (atomic_load(&p->quit))
 			break;
-		seen = pool->generation;
-		moe_pool_fn fn = pool->fn;
-		void *arg = pool->arg;
-		pthread_mutex_unlock(&pool->lock);
-		fn(arg, ith, pool->n_threads);
-		pthread_mutex_lock(&pool->lock);
-		if (--pool->pending == 0)
-			pthread_cond_signal(&pool->job_done);
+		p->fn(p->arg, ith, p->n_threads);
+		atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
 	}
-	pthread_mutex_unlock(&pool->lock);
 	return NULL;
 }
 
@@ -61,9 +89,11 @@ int moe_pool_create(moe_pool **out, int n_threads, moe_error *e)
 	if (!p)
 		return moe_err(e, MOE_ENOMEM, "out of memory creating thread pool");
 	p->n_threads = n_threads;
+	atomic_init(&p->generation, 0);
+	atomic_init(&p->pending, 0);
+	atomic_init(&p->quit, false);
 	pthread_mutex_init(&p->lock, NULL);
-	pthread_cond_init(&p->job_ready, NULL);
-	pthread_cond_init(&p->job_done, NULL);
+	pthread_cond_init(&p->wake, NULL);
 	p->workers = calloc((size_t)n_threads, sizeof *p->workers);
 	if (!p->workers) {
 		free(p);
@@ -97,35 +127,38 @@ void moe_pool_run(moe_pool *p, moe_pool_fn fn, void *arg)
 		fn(arg, 0, 1);
 		return;
 	}
-	pthread_mutex_lock(&p->lock);
 	p->fn = fn;
 	p->arg = arg;
-	p->pending = p->n_threads - 1;
-	p->generation++;
-	pthread_cond_broadcast(&p->job_ready);
+	atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
+	/* release: workers that see the new generation see fn, arg, pending */
+	atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+	pthread_mutex_lock(&p->lock);
+	if (p->sleepers)
+		pthread_cond_broadcast(&p->wake);
 	pthread_mutex_unlock(&p->lock);
 
 	fn(arg, 0, p->n_threads);
 
-	pthread_mutex_lock(&p->lock);
-	while (p->pending > 0)
-		pthread_cond_wait(&p->job_done, &p->lock);
-	pthread_mutex_unlock(&p->lock);
+	for (unsigned spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+		if (spins < SPIN_ROUNDS)
+			cpu_relax();
+		else
+			sched_yield();
+	}
 }
 
 void moe_pool_free(moe_pool *p)
 {
 	if (!p)
 		return;
+	atomic_store(&p->quit, true);
 	pthread_mutex_lock(&p->lock);
-	p->quit = true;
-	pthread_cond_broadcast(&p->job_ready);
+	pthread_cond_broadcast(&p->wake);
 	pthread_mutex_unlock(&p->lock);
 	for (int i = 1; i < p->n_threads; i++)
 		pthread_join(p->workers[i], NULL);
 	pthread_mutex_destroy(&p->lock);
-	pthread_cond_destroy(&p->job_ready);
-	pthread_cond_destroy(&p->job_done);
+	pthread_cond_destroy(&p->wake);
 	free(p->workers);
 	free(p);
 }

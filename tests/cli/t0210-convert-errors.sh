@@ -7,9 +7,10 @@ mkdir -p "$T/bad" "$T/out"
 $PYTHON3 "$top_srcdir/tests/cli/bad-inputs.py" "$T/bad" > "$T/cases" || { echo "Bail out! bad-inputs.py failed"; exit 1; }
 while IFS="$(printf '\t')" read -r name path expect; do
 	"$CONV" "$path" "$T/out/x.uth" 2> "$T/err"; st=$?
-	msg=$(head -c 300 "$T/err")
+	# the message without the file's own name (which may contain the word)
+	msg=$(head -c 300 "$T/err" | sed "s|$path||g")
 	[ $st -eq 1 ]; ok $? "$name: exit status 1 (got $st)"
-	grep -qiF -- "$expect" "$T/err"; ok $? "$name: message mentions '$expect': $msg"
+	printf '%s' "$msg" | grep -qiF -- "$expect"; ok $? "$name: message mentions '$expect': $msg"
 	[ -z "$(ls -A "$T/out")" ]; ok $? "$name: no output file left"
 	rm -f "$T/out/"* "$T/out/".??* 2>/dev/null
 done < "$T/cases"

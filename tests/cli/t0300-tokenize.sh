@@ -57,7 +57,8 @@ check "invalid UTF-8 does not fail" -- $RUN -m "$G" --tokenize -f "$T/bad"
 
 # Errors: usage (2) and failures (1).
 $RUN --tokenize -p x >/dev/null 2>&1; is $? 2 "no model: exit 2"
-$RUN -m "$L" -p x >/dev/null 2>&1; is $? 2 "no mode: exit 2"
+$RUN -m "$L" -p x >/dev/null 2>"$T/err"; is $? 1 "no mode means generation: a vocabulary-only file fails"
+grep -q "vocabulary-only" "$T/err"; ok $? "... saying the file has only a vocabulary"
 $RUN -m "$L" --tokenize -p x -f "$T/bad" >/dev/null 2>&1; is $? 2 "-p and -f together: exit 2"
 $RUN -m "$L" --tokenize --frobnicate >/dev/null 2>&1; is $? 2 "unknown option: exit 2"
 $RUN -m "$L" --tokenize --detokenize -p 1 >/dev/null 2>&1; is $? 2 "two modes: exit 2"
