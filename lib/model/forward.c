@@ -31,12 +31,20 @@ struct moe_ctx {
 	const moe_kernels *k;
 	moe_pool *pool;
 	int n_ctx, n_batch, pos, kv_type;
-	size_t kv_row_bytes;      /* bytes of one position's K (or V) in one layer */
-	uint8_t *kcache, *vcache; /* [n_layer][n_ctx][kv_row_bytes] */
+	size_t kv_row_bytes;      /* bytes of one position's K in one layer */
+	/* K: [n_layer][n_ctx][kv dims] in kv_type, so a head's key is a row
+	 * slice.  V: for F16/F32 transposed, [n_layer][kv dims][n_ctx], so the
+	 * weighted sum over positions is one dot product per output dimension;
+	 * for Q8_0 (blocks run along a row) like K. */
+	uint8_t *kcache, *vcache;
+	bool v_trans;
+	int n_threads;
+	float *att_scratch;       /* per thread: scores [n_ctx] + q row [hd] */
+	void *qx_scratch;         /* per thread: q quantised for the K dot products */
+	size_t qx_bytes;
 	/* activations for one batch */
 	float *x, *xn, *q, *kb, *vb, *att, *tmp, *gate, *up, *moe_out, *router, *logits_xn;
 	float *xe, *de;           /* gathered expert inputs / outputs [B, n_embd] */
-	float *kf, *vf;           /* cache decoded to float for one layer [n_ctx, kv dims] */
 	float *rope_cos, *rope_sin; /* [B, n_rot/2] for the batch's positions */
 	int32_t *sel;             /* [B, k] chosen experts */
 	float *selw;              /* [B, k] their weights */
@@ -45,9 +53,20 @@ struct moe_ctx {
 	float *w_of;
 	void *scratch;
 	size_t scratch_size;
+	/* expert-parallel decode: per thread, buffers for up to EXP_PAR_MAX
+	 * tokens of one expert and a partial sum of the layer's output */
+	float *ex_buf;
+	size_t ex_stride;         /* floats per thread in ex_buf */
+	uint8_t *ex_scratch;
+	size_t ex_scratch_size;   /* bytes per thread */
 	moe_route_fn route_fn;
 	void *route_user;
 };
+
+/* Batches of at most this many tokens run their experts in parallel (one
+ * whole expert per thread at a time); larger batches split each expert's
+ * rows over the threads instead. */
+#define EXP_PAR_MAX 8
 
 /* ------------------------------------------------------------ helpers */
 
@@ -191,11 +210,11 @@ int moe_ctx_new(moe_ctx **out, const moe_model *m, const moe_ctx_params *p, moe_
 	ALLOC(c->router, B * max_sz(hp->n_expert, 1));
 	ALLOC(c->xe, B * E);
 	ALLOC(c->de, B * E);
-	ALLOC(c->kf, (int64_t)c->n_ctx * kvd);
-	ALLOC(c->vf, (int64_t)c->n_ctx * kvd);
+	c->n_threads = nthreads;
+	ALLOC(c->att_scratch, (int64_t)nthreads * (c->n_ctx + hp->head_dim + 64));
 	ALLOC(c->sel, B * max_sz(hp->n_expert_used, 1));
 	ALLOC(c->selw, B * max_sz(hp->n_expert_used, 1));
-	ALLOC(c->tok_of, B);
+	ALLOC(c->tok_of, max_sz((size_t)B, hp->n_expert)); /* tokens of an expert, or active experts */
 	ALLOC(c->tokens, c->n_ctx);
 	ALLOC(c->rope_cos, B * (hp->n_rot / 2 + 1));
 	ALLOC(c->rope_sin, B * (hp->n_rot / 2 + 1));
@@ -227,9 +246,32 @@ int moe_ctx_new(moe_ctx **out, const moe_model *m, const moe_ctx_params *p, moe_
 		if (dts[d])
 			c->scratch_size = max_sz(c->scratch_size, moe_matmul_scratch(d, widest, B));
 	c->scratch = malloc(max_sz(c->scratch_size, 64));
+	/* q in the K type's activation type, one row per thread */
+	uint64_t qxb = 0;
+	int kv_act = moe_type_get(c->kv_type)->vec_dot_type;
+	if (moe_type_nbytes(kv_act, hp->head_dim, &qxb, NULL) < 0)
+		qxb = (uint64_t)hp->head_dim * sizeof(float);
+	c->qx_bytes = (size_t)((qxb + 63) & ~(uint64_t)63);
+	c->qx_scratch = malloc(c->qx_bytes * (size_t)nthreads);
+	c->v_trans = c->kv_type != MOE_Q8_0;
+	if (hp->n_expert) {
+		/* xe, de, out [EXP_PAR_MAX x E] and gate, up [EXP_PAR_MAX x ff] */
+		c->ex_stride = (size_t)EXP_PAR_MAX * (3 * (size_t)E + 2 * ff) + 16;
+		c->ex_buf = malloc(c->ex_stride * (size_t)nthreads * sizeof(float));
+		for (int d = 0; d < MOE_DTYPE_MAX; d++)
+			if (dts[d])
+				c->ex_scratch_size = max_sz(c->ex_scratch_size,
+							    moe_matmul_scratch(d, widest, EXP_PAR_MAX));
+		c->ex_scratch_size = (c->ex_scratch_size + 63) & ~(size_t)63;
+		c->ex_scratch = malloc(max_sz(c->ex_scratch_size * (size_t)nthreads, 64));
+		if (!c->ex_buf || !c->ex_scratch) {
+			rc = moe_err(e, MOE_ENOMEM, "out of memory for expert buffers");
+			goto fail;
+		}
+	}
 	if (!c->kcache || !c->vcache || !c->x || !c->xn || !c->q || !c->kb || !c->vb || !c->att ||
 	    !c->tmp || !c->gate || !c->up || !c->moe_out || !c->router || !c->xe || !c->de ||
-	    !c->kf || !c->vf || !c->sel || !c->selw || !c->tok_of || !c->w_of || !c->scratch || !c->rope_cos || !c->rope_sin || !c->tokens) {
+	    !c->att_scratch || !c->qx_scratch || !c->sel || !c->selw || !c->tok_of || !c->w_of || !c->scratch || !c->rope_cos || !c->rope_sin || !c->tokens) {
 		rc = moe_err(e, MOE_ENOMEM, "out of memory for a %d-token context (%zu MiB KV cache)",
 			     c->n_ctx, 2 * kv_bytes >> 20);
 		goto fail;
@@ -247,8 +289,8 @@ void moe_ctx_free(moe_ctx *c)
 		return;
 	moe_pool_free(c->pool);
 	void *bufs[] = {c->kcache, c->vcache, c->x, c->xn, c->q, c->kb, c->vb, c->att, c->tmp,
-			c->gate, c->up, c->moe_out, c->router, c->xe, c->de, c->kf, c->vf, c->sel,
-			c->selw, c->tok_of, c->w_of, c->scratch, c->rope_cos, c->rope_sin, c->tokens};
+			c->gate, c->up, c->moe_out, c->router, c->xe, c->de, c->att_scratch, c->qx_scratch, c->sel,
+			c->selw, c->tok_of, c->w_of, c->scratch, c->rope_cos, c->rope_sin, c->tokens, c->ex_buf, c->ex_scratch};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		free(bufs[i]);
 	free(c);
@@ -280,54 +322,96 @@ void moe_ctx_set_route_callback(moe_ctx *c, moe_route_fn fn, void *user)
 
 typedef struct {
 	moe_ctx *c;
-	int B, pos0;
+	int il, B, pos0;
 } attn_job;
 
-/* Each thread takes (token, head) pairs: scores against the cache (decoded
- * to float for this layer), causal softmax, weighted sum of values. */
+/* Byte offset of element `i` of a row of kv_type (i a multiple of its block). */
+static size_t kv_offset(const moe_ctx *c, int64_t i)
+{
+	uint64_t b = 0;
+	moe_type_nbytes(c->kv_type, (uint64_t)i, &b, NULL);
+	return (size_t)b;
+}
+
+/* Each thread takes (token, head) pairs: scores q.k against the cache with
+ * the K type's dot kernel, causal softmax, then the weighted sum of values
+ * (one dot product per output dimension over the transposed V). */
 static void attn_worker(void *arg, int ith, int nth)
 {
 	attn_job *j = arg;
 	moe_ctx *c = j->c;
 	const moe_hparams *hp = &c->m->hp;
+	const moe_kernels *k = c->k;
 	int H = (int)hp->n_head, hd = (int)hp->head_dim, hdv = (int)hp->head_dim_v;
 	int group = H / (int)hp->n_head_kv;
-	int64_t kvd = (int64_t)hp->n_head_kv * hd;
 	float scale = 1.0f / sqrtf((float)hd);
-	float *scores = malloc((size_t)(j->pos0 + j->B) * sizeof *scores);
-	if (!scores)
-		return; /* cannot happen in practice; leaves zeros */
+	float *scores = c->att_scratch + (size_t)ith * (c->n_ctx + hd + 64);
+	float *vrow = scores + c->n_ctx;
+	void *qx = (uint8_t *)c->qx_scratch + (size_t)ith * c->qx_bytes;
+	int kv_act = moe_type_get(c->kv_type)->vec_dot_type;
+	moe_vec_dot_fn kdot = k->vec_dot[c->kv_type];
+	const uint8_t *kbase = c->kcache + (size_t)j->il * c->n_ctx * c->kv_row_bytes;
+	const uint8_t *vbase = c->vcache + (size_t)j->il * c->n_ctx * c->kv_row_bytes;
+	size_t elt = c->v_trans ? (c->kv_type == MOE_F16 ? 2 : 4) : 0;
 	for (int th = ith; th < j->B * H; th += nth) {
 		int t = th / H, h = th % H, g = h / group;
 		int n_pos = j->pos0 + t + 1; /* causal: positions 0..pos0+t */
 		const float *q = c->q + (int64_t)t * H * hd + (int64_t)h * hd;
+		const void *qa = q;
+		if (kv_act != MOE_F32) {
+			k->quantize_row[kv_act](q, qx, hd);
+			qa = qx;
+		}
+		size_t koff = kv_offset(c, (int64_t)g * hd);
 		float mx = -FLT_MAX;
 		for (int p = 0; p < n_pos; p++) {
-			const float *kr = c->kf + (int64_t)p * kvd + (int64_t)g * hd;
-			float s = 0;
-			for (int d = 0; d < hd; d++)
-				s += q[d] * kr[d];
+			float s;
+			kdot(hd, &s, kbase + (size_t)p * c->kv_row_bytes + koff, qa);
 			s *= scale;
 			scores[p] = s;
-			if (s > mx)
-				mx = s;
+			mx = s > mx ? s : mx;
 		}
 		double sum = 0;
-		for (int p = 0; p < n_pos; p++) {
-			scores[p] = expf(scores[p] - mx);
-			sum += scores[p];
-		}
+		for (int p = 0; p < n_pos; p++)
+			sum += (scores[p] = expf(scores[p] - mx));
 		float inv = (float)(1.0 / sum);
+		for (int p = 0; p < n_pos; p++)
+			scores[p] *= inv;
 		float *o = c->att + (int64_t)t * H * hdv + (int64_t)h * hdv;
-		memset(o, 0, (size_t)hdv * sizeof *o);
-		for (int p = 0; p < n_pos; p++) {
-			const float *vr = c->vf + (int64_t)p * kvd + (int64_t)g * hdv;
-			float w = scores[p] * inv;
-			for (int d = 0; d < hdv; d++)
-				o[d] += w * vr[d];
+		if (c->v_trans) {
+			for (int d = 0; d < hdv; d++) {
+				const uint8_t *vt = vbase + ((size_t)g * hdv + d) * c->n_ctx * elt;
+				kdot(n_pos, &o[d], vt, scores);
+			}
+		} else {
+			memset(o, 0, (size_t)hdv * sizeof *o);
+			size_t voff = kv_offset(c, (int64_t)g * hdv);
+			for (int p = 0; p < n_pos; p++) {
+				row_to_float(c, c->kv_type, vbase + (size_t)p * c->kv_row_bytes + voff, vrow, hdv);
+				for (int d = 0; d < hdv; d++)
+					o[d] += scores[p] * vrow[d];
+			}
 		}
 	}
-	free(scores);
+}
+
+/* Store one token's k and v at position p of layer il. */
+static void cache_store(moe_ctx *c, int il, int p, const float *k, const float *v, int64_t kvd)
+{
+	size_t off = ((size_t)il * c->n_ctx + (size_t)p) * c->kv_row_bytes;
+	const moe_type_traits *kt = moe_type_get(c->kv_type);
+	kt->from_float(k, c->kcache + off, kvd);
+	if (!c->v_trans) {
+		kt->from_float(v, c->vcache + off, kvd);
+		return;
+	}
+	uint8_t *vl = c->vcache + (size_t)il * c->n_ctx * c->kv_row_bytes;
+	for (int64_t d = 0; d < kvd; d++) {
+		if (c->kv_type == MOE_F16)
+			((uint16_t *)vl)[d * c->n_ctx + p] = moe_f32_to_f16(v[d]);
+		else
+			((float *)vl)[d * c->n_ctx + p] = v[d];
+	}
 }
 
 static void attention(moe_ctx *c, int il, int B)
@@ -363,30 +447,13 @@ static void attention(moe_ctx *c, int il, int B)
 			for (int64_t h = 0; h < Hkv; h++)
 				rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
 		}
-		int p = c->pos + t;
 		for (int64_t h = 0; h < H; h++)
 			rope(c, q + h * hd, t);
 		for (int64_t h = 0; h < Hkv; h++)
 			rope(c, k + h * hd, t);
-		/* store into the cache in its type */
-		size_t off = ((size_t)il * c->n_ctx + (size_t)p) * c->kv_row_bytes;
-		const moe_type_traits *kt = moe_type_get(c->kv_type);
-		if (c->kv_type == MOE_F32) {
-			memcpy(c->kcache + off, k, c->kv_row_bytes);
-			memcpy(c->vcache + off, v, c->kv_row_bytes);
-		} else {
-			kt->from_float(k, c->kcache + off, kvd);
-			kt->from_float(v, c->vcache + off, kvd);
-		}
+		cache_store(c, il, c->pos + t, k, v, kvd);
 	}
-	/* decode this layer's cache up to the batch end to float */
-	int n_pos = c->pos + B;
-	const uint8_t *kbase = c->kcache + (size_t)il * c->n_ctx * c->kv_row_bytes;
-	const uint8_t *vbase = c->vcache + (size_t)il * c->n_ctx * c->kv_row_bytes;
-	row_to_float(c, c->kv_type, kbase, c->kf, (int64_t)n_pos * kvd);
-	row_to_float(c, c->kv_type, vbase, c->vf, (int64_t)n_pos * kvd);
-
-	attn_job j = {c, B, c->pos};
+	attn_job j = {c, il, B, c->pos};
 	moe_pool_run(c->pool, attn_worker, &j);
 	matmul(c, &L->wo, c->att, B, c->tmp, E);
 	for (int64_t i = 0; i < B * E; i++)
@@ -405,6 +472,52 @@ static void swiglu_ffn(moe_ctx *c, const moe_weight *wg, const moe_weight *wu,
 	for (int64_t i = 0; i < (int64_t)m * ff; i++)
 		c->gate[i] = silu(c->gate[i]) * c->up[i];
 	matmul(c, wd, c->gate, m, out, wd->rows);
+}
+
+typedef struct {
+	moe_ctx *c;
+	const moe_layer *L;
+	int B;
+	int n_active;
+	const int32_t *active; /* experts with tokens */
+} expert_job;
+
+/* One thread runs whole experts, single-threaded, into its own partial
+ * output; the caller adds the partials. */
+static void expert_worker(void *arg, int ith, int nth)
+{
+	expert_job *j = arg;
+	moe_ctx *c = j->c;
+	const moe_hparams *hp = &c->m->hp;
+	int64_t E = hp->n_embd, ff = hp->n_ff_exp;
+	int k = (int)hp->n_expert_used;
+	float *xe = c->ex_buf + (size_t)ith * c->ex_stride;
+	float *de = xe + EXP_PAR_MAX * E, *out = de + EXP_PAR_MAX * E;
+	float *g = out + EXP_PAR_MAX * E, *u = g + EXP_PAR_MAX * ff;
+	void *scr = c->ex_scratch + (size_t)ith * c->ex_scratch_size;
+	int tok[EXP_PAR_MAX];
+	float w[EXP_PAR_MAX];
+	memset(out, 0, (size_t)j->B * E * sizeof *out);
+	for (int a = ith; a < j->n_active; a += nth) {
+		int x = j->active[a], m = 0;
+		for (int t = 0; t < j->B; t++)
+			for (int q = 0; q < k; q++)
+				if (c->sel[(int64_t)t * k + q] == x) {
+					tok[m] = t;
+					w[m] = c->selw[(int64_t)t * k + q];
+					memcpy(xe + (int64_t)m * E, c->xn + (int64_t)t * E, (size_t)E * sizeof(float));
+					m++;
+				}
+		const moe_weight *wg = &j->L->exp_gate[x], *wu = &j->L->exp_up[x], *wd = &j->L->exp_down[x];
+		moe_matmul(c->k, NULL, wg->dtype, wg->data, wg->rows, wg->cols, xe, E, m, g, ff, scr);
+		moe_matmul(c->k, NULL, wu->dtype, wu->data, wu->rows, wu->cols, xe, E, m, u, ff, scr);
+		for (int64_t i = 0; i < (int64_t)m * ff; i++)
+			g[i] = silu(g[i]) * u[i];
+		moe_matmul(c->k, NULL, wd->dtype, wd->data, wd->rows, wd->cols, g, ff, m, de, E, scr);
+		for (int i = 0; i < m; i++)
+			for (int64_t q = 0; q < E; q++)
+				out[(int64_t)tok[i] * E + q] += w[i] * de[(int64_t)i * E + q];
+	}
 }
 
 /* Top-k of n values (k small): indices in decreasing order. */
@@ -462,6 +575,26 @@ static void moe_ffn(moe_ctx *c, int il, int B)
 			c->route_fn(c->route_user, il, sel, w, k);
 	}
 	memset(c->moe_out, 0, (size_t)B * E * sizeof *c->moe_out);
+	if (B <= EXP_PAR_MAX) {
+		/* small batch (decode): whole experts per thread */
+		int32_t *active = c->tok_of; /* reused as the list of experts with tokens */
+		int n_active = 0;
+		for (int x = 0; x < nx; x++)
+			for (int q = 0; q < B * k; q++)
+				if (c->sel[q] == x) {
+					active[n_active++] = x;
+					break;
+				}
+		expert_job j = {c, L, B, n_active, active};
+		moe_pool_run(c->pool, expert_worker, &j);
+		int nth = moe_pool_threads(c->pool);
+		for (int th = 0; th < nth && th < n_active; th++) {
+			const float *part = c->ex_buf + (size_t)th * c->ex_stride + 2 * EXP_PAR_MAX * E;
+			for (int64_t i = 0; i < (int64_t)B * E; i++)
+				c->moe_out[i] += part[i];
+		}
+		goto shared;
+	}
 	/* each expert once per batch, over the tokens routed to it */
 	for (int x = 0; x < nx; x++) {
 		int m = 0;
@@ -483,6 +616,7 @@ static void moe_ffn(moe_ctx *c, int il, int B)
 				o[q] += c->w_of[i] * d[q];
 		}
 	}
+shared:
 	if (L->sh_gate.data) {
 		swiglu_ffn(c, &L->sh_gate, &L->sh_up, &L->sh_down, c->xn, B, c->de);
 		float gate[1];
