@@ -18,3 +18,4 @@ include lib/convert.mk
 include lib/text.mk
 include lib/kernels.mk
 include lib/model.mk
+include lib/bench.mk

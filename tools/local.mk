@@ -2,3 +2,4 @@
 noinst_HEADERS += tools/cli.h
 include tools/moe-convert.mk
 include tools/moe-run.mk
+include tools/moe-bench.mk

@@ -1,0 +1,10 @@
+# lib/bench.mk — measurement for moe-bench: statistics, STREAM triad,
+# throughput tests, perplexity and KL-divergence, expert statistics, reports.
+noinst_HEADERS += lib/bench.h
+lib_libmoecore_a_SOURCES += lib/bench/stats.c lib/bench/stream.c lib/bench/throughput.c \
+	lib/bench/perplexity.c lib/bench/experts.c lib/bench/report.c
+
+check_PROGRAMS += tests/unit/t-bench
+TESTS += tests/unit/t-bench
+tests_unit_t_bench_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_unit_t_bench_LDADD = $(MOE_LIBS)
