@@ -67,7 +67,7 @@ typedef struct moe_ctx_params {
 	int n_ctx;      /* KV cache length (0: min(train context, 4096)) */
 	int n_threads;  /* 0: moe_default_threads() */
 	int n_batch;    /* tokens per forward batch (0: 256) */
-	int kv_type;    /* MOE_F16 (default when 0 is given... use MOE_F16) or MOE_Q8_0 */
+	int kv_type;    /* MOE_F16 (also when 0) or MOE_Q8_0 */
 } moe_ctx_params;
 
 typedef struct moe_ctx moe_ctx;
@@ -88,7 +88,10 @@ int moe_ctx_n_ctx(const moe_ctx *c);
 uint64_t moe_model_active_bytes(const moe_model *m);
 
 /* Routing statistics: if set, called for every token and MoE layer with
- * the chosen experts (for moe-bench --expert-stats). */
+ * the chosen experts (for moe-bench --expert-stats).  Calls come from the
+ * thread that called moe_ctx_eval, layer by layer, and within a layer in
+ * token order for all of the batch's tokens; consecutive layers' choices of
+ * one token can therefore be paired by order. */
 typedef void (*moe_route_fn)(void *user, int layer, const int32_t *experts, const float *weights,
 			     int k);
 void moe_ctx_set_route_callback(moe_ctx *c, moe_route_fn fn, void *user);

@@ -33,7 +33,7 @@ struct moe_ctx {
 	int n_ctx, n_batch, pos, kv_type;
 	size_t kv_row_bytes;      /* bytes of one position's K in one layer */
 	/* K: [n_layer][n_ctx][kv dims] in kv_type, so a head's key is a row
-	 * slice.  V: for F16/F32 transposed, [n_layer][kv dims][n_ctx], so the
+	 * slice.  V: for F16 transposed, [n_layer][kv dims][n_ctx], so the
 	 * weighted sum over positions is one dot product per output dimension;
 	 * for Q8_0 (blocks run along a row) like K. */
 	uint8_t *kcache, *vcache;
@@ -175,10 +175,12 @@ int moe_ctx_new(moe_ctx **out, const moe_model *m, const moe_ctx_params *p, moe_
 	c->n_batch = p->n_batch > 0 ? p->n_batch : 256;
 	if (c->n_batch > c->n_ctx)
 		c->n_batch = c->n_ctx;
+	/* 0 (a zeroed struct) means the default; MOE_F32 is also 0, so an F32
+	 * cache cannot be asked for — by design, F16 loses nothing measurable. */
 	c->kv_type = p->kv_type ? p->kv_type : MOE_F16;
 	int rc;
-	if (c->kv_type != MOE_F16 && c->kv_type != MOE_Q8_0 && c->kv_type != MOE_F32) {
-		rc = moe_err(e, MOE_EINVAL, "KV cache type must be f16, q8_0 or f32");
+	if (c->kv_type != MOE_F16 && c->kv_type != MOE_Q8_0) {
+		rc = moe_err(e, MOE_EINVAL, "KV cache type must be f16 or q8_0");
 		goto fail;
 	}
 	int nthreads = p->n_threads > 0 ? p->n_threads : moe_default_threads();
@@ -352,7 +354,7 @@ static void attn_worker(void *arg, int ith, int nth)
 	moe_vec_dot_fn kdot = k->vec_dot[c->kv_type];
 	const uint8_t *kbase = c->kcache + (size_t)j->il * c->n_ctx * c->kv_row_bytes;
 	const uint8_t *vbase = c->vcache + (size_t)j->il * c->n_ctx * c->kv_row_bytes;
-	size_t elt = c->v_trans ? (c->kv_type == MOE_F16 ? 2 : 4) : 0;
+	size_t elt = sizeof(uint16_t); /* transposed V is F16 */
 	for (int th = ith; th < j->B * H; th += nth) {
 		int t = th / H, h = th % H, g = h / group;
 		int n_pos = j->pos0 + t + 1; /* causal: positions 0..pos0+t */
@@ -406,12 +408,8 @@ static void cache_store(moe_ctx *c, int il, int p, const float *k, const float *
 		return;
 	}
 	uint8_t *vl = c->vcache + (size_t)il * c->n_ctx * c->kv_row_bytes;
-	for (int64_t d = 0; d < kvd; d++) {
-		if (c->kv_type == MOE_F16)
-			((uint16_t *)vl)[d * c->n_ctx + p] = moe_f32_to_f16(v[d]);
-		else
-			((float *)vl)[d * c->n_ctx + p] = v[d];
-	}
+	for (int64_t d = 0; d < kvd; d++)
+		((uint16_t *)vl)[d * c->n_ctx + p] = moe_f32_to_f16(v[d]);
 }
 
 static void attention(moe_ctx *c, int il, int B)

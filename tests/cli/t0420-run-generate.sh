@@ -21,8 +21,11 @@ $REF --model "$T/m.gguf" --tokens "$ids" --greedy 24 > "$T/ref.ids"; ok $? "refe
 cmp -s "$T/out.txt" "$T/ref.txt"; ok $? "greedy text equals the reference's continuation"
 "$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos -b 1 > "$T/out-b1.txt"
 cmp -s "$T/out-b1.txt" "$T/out.txt"; ok $? "token-by-token prefill gives the same text"
-"$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos --kv-type f32 -t 1 > "$T/out-f32.txt"
-cmp -s "$T/out-f32.txt" "$T/out.txt"; ok $? "f32 KV cache, one thread: same text"
+"$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos -t 1 > "$T/out-t1.txt"
+cmp -s "$T/out-t1.txt" "$T/out.txt"; ok $? "one thread: same text"
+"$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos --kv-type q8_0 > "$T/out-q8.txt"
+[ -s "$T/out-q8.txt" ]; ok $? "q8_0 KV cache generates"
+"$RUN" -m "$T/m.uth" -p x --kv-type f32 2>/dev/null; is $? 2 "--kv-type f32: usage error"
 MOE_ISA=generic "$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos > "$T/out-gen.txt"
 cmp -s "$T/out-gen.txt" "$T/out.txt"; ok $? "MOE_ISA=generic: same text"
 
