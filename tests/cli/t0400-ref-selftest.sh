@@ -11,7 +11,10 @@
 #    also with linear / YaRN RoPE scaling, F16 / BF16 / quantised weights and
 #    tied embeddings;
 #  - the KV-cache path equals recomputation; greedy output is deterministic;
-#    the CLI's output forms agree and bad input fails cleanly.
+#    the CLI's output forms agree and bad input fails cleanly;
+#  - --emulate (act-quant, kv-f16): the activation quantisers and the f16
+#    rounding on values worked out by hand, the rounding-tie bookkeeping
+#    vs_engine.py uses, and which products see quantised inputs.
 . "$top_srcdir/tests/cli/lib.sh"
 
 REF="$top_srcdir/tests/ref/ref.py"
@@ -66,6 +69,19 @@ twin qwen2-f16 --arch qwen2 --type f16 --seed 8
 twin qwen3-bf16 --arch qwen3 --type bf16 --seed 9
 twin llama-tied --arch llama --tied --seed 10
 twin qwen3moe-tied --arch qwen3moe --tied --seed 11
+
+# --emulate (the engine's arithmetic: tests/ref/README): quantisers and
+# float16 rounding by hand, then on a K-quant and an F32 model
+check 'emulation: Q8_0/Q8_1/Q8_K quantisers, f16 rounding, ties, wiring' -- \
+	"$PYTHON3" "$SELF" emulate "$T/qwen3moe-q4_k.gguf" "$T/qwen3moe.gguf"
+"$PYTHON3" "$REF" --model "$T/qwen3moe-q4_k.gguf" --tokens "$PROMPT" --greedy 32 \
+	--emulate act-quant,kv-f16 --logits "$T/emu.npy" >"$T/emu.greedy" 2>"$T/ref.err"
+is "$?:$(wc -w <"$T/emu.greedy")" "0:32" 'ref.py --emulate act-quant,kv-f16: 32 ids'
+check 'emulated logits within 10% of the exact ones' -- \
+	"$PYTHON3" "$SELF" compare "$T/emu.npy" "$T/qwen3moe-q4_k.gguf.npy" 0.1
+"$PYTHON3" "$REF" --model "$T/qwen3moe.gguf" --tokens 1 --emulate act-quant,bogus \
+	>/dev/null 2>"$T/err"
+is "$?" 2 '--emulate with an unknown name: usage error'
 
 # RoPE scaling declared in each format's own way (a long prompt is not
 # needed: every position's angle changes)

@@ -56,6 +56,12 @@ class Tensors:
 	def _load_expert(self, name, e):
 		return self.get(name)[e]
 
+	def ggml_type(self, name):
+		"""The ggml type id the tensor is stored as; 0 (F32) for a format
+		of float tensors only (an HF snapshot), where it does not matter:
+		only quantised weights change the engine's arithmetic."""
+		return 0
+
 	def get(self, name):
 		if name not in self._cache:
 			if not self.has(name):
@@ -88,6 +94,9 @@ class GGUFTensors(Tensors):
 
 	def info(self, name):
 		return self.r.info(name)
+
+	def ggml_type(self, name):
+		return self.info(name).type
 
 	def _bytes(self, t, first_elem, n_elem):
 		"""Bytes of elements [first_elem, first_elem + n_elem) of tensor t."""

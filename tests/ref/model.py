@@ -23,9 +23,25 @@
 # every position seen so far) so greedy decoding is linear; forward() of a
 # whole sequence at once and token by token give the same numbers, which the
 # self-test checks.
+#
+# Emulation (Model's `emulate`, ref.py --emulate; off by default): the
+# engine's specified numeric recipe, which a quantised-weight engine follows
+# as llama.cpp's matrix products do, can be modelled on top of the exact
+# arithmetic:
+#   act-quant  the input row of every product with a quantised weight is
+#              first rounded to the weight type's 8-bit activation format
+#              (actquant.py), then multiplied in float64 as before
+#   kv-f16     keys (after RoPE) and values are rounded to float16 as they
+#              enter the cache; attention reads the rounded values
+# See tests/ref/README for why.
 import math
 
 import numpy as np
+
+import actquant
+import quants
+
+EMULATIONS = ('act-quant', 'kv-f16')
 
 
 class Rope:
@@ -184,9 +200,17 @@ class Model:
 	"""The forward pass over weights W (a load.Tensors) with a KV cache.
 	Activations take the weights' dtype (load.load's dtype argument)."""
 
-	def __init__(self, cfg, W):
+	def __init__(self, cfg, W, emulate=(), tape=None):
 		self.cfg = cfg
 		self.W = W
+		self.emulate = frozenset(emulate)
+		bad = self.emulate - set(EMULATIONS)
+		if bad:
+			raise ValueError('unknown emulation %s (known: %s)'
+					 % (', '.join(sorted(bad)), ', '.join(EMULATIONS)))
+		self.act_quant = 'act-quant' in self.emulate
+		self.kv_f16 = 'kv-f16' in self.emulate
+		self.tape = tape            # an actquant.Tape watching the emulated roundings
 		self.reset()
 
 	def reset(self):
@@ -194,9 +218,43 @@ class Model:
 		self.n_past = 0
 		self.k_cache = [None] * self.cfg.n_layer    # (positions, n_head_kv, head_dim)
 		self.v_cache = [None] * self.cfg.n_layer
+		self._last_quant = None
 
 	def w(self, name):
 		return self.W.get(name)
+
+	def x_for(self, x, name, e=None, rows=None, src=None):
+		"""The activations x as the product with weight `name` (expert e)
+		sees them: unchanged, or with act-quant rounded through the
+		activation format of the weight's type.  For a Tape: rows = which
+		of the batch's tokens the rows of x are (all if None), src = what
+		x is, when several products quantise the same rows (the FFN input
+		of every expert and the shared one: the same floats give the same
+		codes, so a tie goes the same way in all of them)."""
+		if not self.act_quant:
+			return x
+		t = actquant.VEC_DOT_TYPE.get(self.W.ggml_type(name))
+		if t is None:
+			return x
+		# q/k/v (and gate/up) quantise the same row to the same bytes: one
+		# rounding, as far as a Tape is concerned
+		last = self._last_quant
+		if last is not None and last[0] is x and last[1] == t:
+			return last[2]
+		tape = None
+		if self.tape is not None:
+			pos = self._pos if rows is None else self._pos[rows]
+			if src is None:
+				src = name if e is None else '%s#%d' % (name, e)
+			tape = (self.tape, '%s/%s' % (src, quants.type_name(t)), pos)
+		y = actquant.values(x, t, tape).astype(x.dtype, copy=False)
+		self._last_quant = (x, t, y)
+		return y
+
+	def matmul(self, x, name, e=None, rows=None, src=None):
+		"""x @ W.T for weight `name` (expert e of a stacked tensor)."""
+		w = self.w(name) if e is None else self.W.expert(name, e)
+		return self.x_for(x, name, e, rows, src) @ w.T
 
 	def forward(self, tokens):
 		"""Logits (len(tokens), n_vocab) of the tokens appended at positions
@@ -210,6 +268,7 @@ class Model:
 			raise ValueError('token id %d out of range (vocabulary %d)'
 					 % (bad[0], c.n_vocab))
 		pos = np.arange(self.n_past, self.n_past + tokens.size)
+		self._pos = pos
 		x = self.w('token_embd.weight')[tokens]                 # (T, n_embd)
 		for il in range(c.n_layer):
 			p = 'blk.%d.' % il
@@ -221,13 +280,13 @@ class Model:
 			x = x + (self.moe(il, h) if c.n_expert else self.dense_ffn(il, h))
 		self.n_past += tokens.size
 		h = rms_norm(x, self.w('output_norm.weight'), c.rms_eps)
-		out = self.w('output.weight') if self.W.has('output.weight') else \
-			self.w('token_embd.weight')                         # tied embeddings
-		return h @ out.T
+		out = 'output.weight' if self.W.has('output.weight') else \
+			'token_embd.weight'                                 # tied embeddings
+		return self.matmul(h, out)
 
 	def project(self, il, name, h):
 		p = 'blk.%d.%s' % (il, name)
-		y = h @ self.w(p + '.weight').T
+		y = self.matmul(h, p + '.weight', src='blk.%d.attn_input' % il)
 		if self.W.has(p + '.bias'):
 			y = y + self.w(p + '.bias')
 		return y
@@ -253,6 +312,13 @@ class Model:
 			k = rms_norm(k, self.w(p + 'attn_k_norm.weight'), c.rms_eps)
 		q = c.rope.apply(q, pos)
 		k = c.rope.apply(k, pos)
+		if self.kv_f16:                    # the cache holds float16
+			tk = tv = None
+			if self.tape is not None:
+				tk = (self.tape, p + 'k_cache', pos)
+				tv = (self.tape, p + 'v_cache', pos)
+			k = actquant.round_f16(k, tk).astype(h.dtype)
+			v = actquant.round_f16(v, tv).astype(h.dtype)
 		if self.k_cache[il] is None:
 			self.k_cache[il], self.v_cache[il] = k, v
 		else:
@@ -269,19 +335,29 @@ class Model:
 			scores = (q[:, j, :] @ K[:, kv, :].T) * c.attn_scale    # (T, S)
 			scores = np.where(future, -np.inf, scores)
 			out[:, j, :] = softmax(scores) @ V[:, kv, :]
-		return out.reshape(T, c.n_head * hd) @ self.w(p + 'attn_output.weight').T
+		return self.matmul(out.reshape(T, c.n_head * hd), p + 'attn_output.weight')
+
+	def swiglu(self, h, gate, up, down, e=None, rows=None, src=None):
+		"""swiglu() with weights by name (expert e of stacked tensors, for
+		the batch's tokens `rows`), each product seeing its input through
+		x_for (src: what h is, for a Tape)."""
+		if not self.act_quant:
+			get = self.w if e is None else (lambda n: self.W.expert(n, e))
+			return swiglu(h, get(gate), get(up), get(down))
+		a = silu(self.matmul(h, gate, e, rows, src)) * self.matmul(h, up, e, rows, src)
+		return self.matmul(a, down, e, rows)
 
 	def dense_ffn(self, il, h):
 		p = 'blk.%d.' % il
-		return swiglu(h, self.w(p + 'ffn_gate.weight'), self.w(p + 'ffn_up.weight'),
-			      self.w(p + 'ffn_down.weight'))
+		return self.swiglu(h, p + 'ffn_gate.weight', p + 'ffn_up.weight',
+				   p + 'ffn_down.weight')
 
 	def route(self, il, h):
 		"""Router: softmax over every expert's logit, keep the k largest
 		(Shazeer et al. 2017, Fedus et al. 2021).  Returns expert ids and
 		weights, both (T, k)."""
 		c = self.cfg
-		probs = softmax(h @ self.w('blk.%d.ffn_gate_inp.weight' % il).T)   # (T, n_expert)
+		probs = softmax(self.matmul(h, 'blk.%d.ffn_gate_inp.weight' % il))   # (T, n_expert)
 		# stable sort: of equal probabilities the lower expert id wins
 		top = np.argsort(-probs, axis=1, kind='stable')[:, :c.n_expert_used]
 		weight = np.take_along_axis(probs, top, axis=1)
@@ -302,15 +378,17 @@ class Model:
 		y = np.zeros_like(h)
 		for e in np.unique(top):
 			rows, slot = np.nonzero(top == e)          # tokens routed to expert e
-			ye = swiglu(h[rows], self.W.expert(p + 'ffn_gate_exps.weight', e),
-				    self.W.expert(p + 'ffn_up_exps.weight', e),
-				    self.W.expert(p + 'ffn_down_exps.weight', e))
+			ye = self.swiglu(h[rows], p + 'ffn_gate_exps.weight',
+					 p + 'ffn_up_exps.weight', p + 'ffn_down_exps.weight',
+					 e, rows, p + 'ffn_input')
 			y[rows] += weight[rows, slot][:, None] * ye
 		if self.W.has(p + 'ffn_gate_inp_shexp.weight'):
-			gate = sigmoid(h @ self.w(p + 'ffn_gate_inp_shexp.weight'))      # (T,)
-			y = y + gate[:, None] * swiglu(h, self.w(p + 'ffn_gate_shexp.weight'),
-						       self.w(p + 'ffn_up_shexp.weight'),
-						       self.w(p + 'ffn_down_shexp.weight'))
+			g = p + 'ffn_gate_inp_shexp.weight'
+			gate = sigmoid(self.x_for(h, g) @ self.w(g))                    # (T,)
+			y = y + gate[:, None] * self.swiglu(h, p + 'ffn_gate_shexp.weight',
+							    p + 'ffn_up_shexp.weight',
+							    p + 'ffn_down_shexp.weight',
+							    src=p + 'ffn_input')
 		return y
 
 

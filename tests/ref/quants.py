@@ -71,6 +71,13 @@ def dec_q8_0(b):
 	return d[:, None] * q
 
 
+def dec_q8_1(b):
+	# d f16 | s f16 (= d * sum q, not needed to decode) | qs[32] int8: x = d * q
+	d = _f16(b, 0)
+	q = np.ascontiguousarray(b[:, 4:36]).view(np.int8).astype(np.float32)
+	return d[:, None] * q
+
+
 def dec_iq4_nl(b):
 	# d f16 | qs[16]: x = d * LEVELS[q]
 	d = _f16(b, 0)
@@ -179,6 +186,14 @@ def dec_q6_k(b):
 	return ((d[:, None] * sc)[:, :, None] * q.reshape(-1, 16, 16)).reshape(-1, 256)
 
 
+def dec_q8_k(b):
+	# d f32 | qs[256] int8 | bsums[16] int16 (sums of 16 codes, not needed
+	# to decode): x = d * q.  The activation format of the K-quants.
+	d = np.ascontiguousarray(b[:, 0:4]).view('<f4')[:, 0]
+	q = np.ascontiguousarray(b[:, 4:260]).view(np.int8).astype(np.float32)
+	return d[:, None] * q
+
+
 def dec_iq4_xs(b):
 	# d f16 | scales_h u16 | scales_l[4] | qs[128]: eight sub-blocks of 32,
 	# each a 6-bit scale (low 4 bits: nibble ib % 2 of scales_l[ib / 2],
@@ -218,11 +233,13 @@ TYPES = {
 	6: ('Q5_0', QK, 22, dec_q5_0),
 	7: ('Q5_1', QK, 24, dec_q5_1),
 	8: ('Q8_0', QK, 34, dec_q8_0),
+	9: ('Q8_1', QK, 36, dec_q8_1),
 	10: ('Q2_K', QK_K, 84, dec_q2_k),
 	11: ('Q3_K', QK_K, 110, dec_q3_k),
 	12: ('Q4_K', QK_K, 144, dec_q4_k),
 	13: ('Q5_K', QK_K, 176, dec_q5_k),
 	14: ('Q6_K', QK_K, 210, dec_q6_k),
+	15: ('Q8_K', QK_K, 292, dec_q8_k),
 	20: ('IQ4_NL', QK, 18, dec_iq4_nl),
 	23: ('IQ4_XS', QK_K, 136, dec_iq4_xs),
 	30: ('BF16', 1, 2, _bf16),

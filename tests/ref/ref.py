@@ -3,7 +3,8 @@
 #
 #   ref.py --model M.gguf|SNAPSHOT_DIR (--tokens "1 2 3" | --prompt-ids-file F)
 #          [--logits OUT.npy] [--logits-txt OUT] [--all-positions]
-#          [--greedy N] [--stop-at-eos] [--dtype float64|float32] [--recompute] [-v]
+#          [--greedy N] [--stop-at-eos] [--dtype float64|float32] [--recompute]
+#          [--emulate act-quant,kv-f16] [-v]
 #
 # Loads every tensor decoded to --dtype (float64 by default), runs the prompt
 # through the forward pass of model.py and writes the last position's logits
@@ -12,6 +13,13 @@
 # token ids on stdout, space-separated, on one line; --stop-at-eos stops
 # before the model's EOS/EOT token (as an engine would, without printing it).
 # Token ids are used as given: no BOS is added.
+#
+# --emulate LIST (comma separated) models the engine's specified numeric
+# recipe on top of the exact forward pass: act-quant rounds the input row of
+# every product with a quantised weight to the weight type's 8-bit activation
+# format (Q8_0 / Q8_1 / Q8_K, actquant.py) first; kv-f16 rounds the keys and
+# values to float16 as they enter the KV cache.  Default: neither (the
+# mathematically exact model with the stored weights).  See tests/ref/README.
 #
 # --logits-txt of several positions writes them row after row.  Shares no code
 # with the C engine (model.py holds the forward pass, load.py the loaders,
@@ -51,11 +59,18 @@ def parse(argv):
 	p.add_argument('--dtype', default='float64', choices=['float64', 'float32'])
 	p.add_argument('--recompute', action='store_true',
 		       help='no KV cache: rerun the whole sequence for every generated token')
+	p.add_argument('--emulate', default='', metavar='LIST',
+		       help='engine arithmetic to model: act-quant, kv-f16 (comma separated)')
 	p.add_argument('-v', '--verbose', action='store_true',
 		       help='model summary and timing on stderr')
 	a = p.parse_args(argv)
 	if a.greedy < 0:
 		p.error('--greedy must be >= 0')
+	a.emulate = [x for x in a.emulate.replace(' ', ',').split(',') if x]
+	bad = [x for x in a.emulate if x not in M.EMULATIONS]
+	if bad:
+		p.error('--emulate: unknown %s (known: %s)'
+			% (', '.join(bad), ', '.join(M.EMULATIONS)))
 	return a
 
 
@@ -82,7 +97,7 @@ def main(argv=None):
 		cfg, W = load.load(a.model, np.dtype(a.dtype))
 		if a.verbose:
 			print('ref: %s' % cfg.describe(), file=sys.stderr)
-		m = M.Model(cfg, W)
+		m = M.Model(cfg, W, a.emulate)
 		out = []
 		if a.all_positions or not a.greedy:
 			logits = m.forward(ids)

@@ -14,7 +14,16 @@
 #                      mask, SwiGLU, and MoE routing with / without top-k
 #                      renormalisation and Qwen2-MoE's gated shared expert
 #   cache MODEL        the KV-cache path equals full recomputation
-#   compare A B TOL    max |A - B| <= TOL * max |B| for two .npy files
+#   compare A B TOL    max |A - B| <= TOL * max |B| for two .npy files (or
+#                      text files of numbers, as the engine's test helper
+#                      prints them)
+#   emulate QMODEL FMODEL
+#                      --emulate: the activation quantisers (actquant.py)
+#                      on rows worked out by hand, bytes and values; the
+#                      float16 rounding of kv-f16; the Tape's ties and
+#                      flips; on a K-quant GGUF and an F32 GGUF: which
+#                      products see quantised inputs, the cache holds
+#                      float16, flips named the same whole or token by token
 #   rope-meta IN OUT TYPE FACTOR
 #                      copy a gen-model GGUF + HF pair (IN.gguf, IN.hf) to
 #                      OUT.gguf / OUT.hf with rope scaling TYPE (linear, yarn)
@@ -31,6 +40,7 @@ sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
 
+import actquant as A  # noqa: E402
 import load  # noqa: E402
 import model as M  # noqa: E402
 import quants as Q  # noqa: E402
@@ -462,6 +472,191 @@ def test_hand(d):
 	hand_moe(d)
 
 
+# --- emulation of the engine's arithmetic (actquant.py) ------------------------------
+
+def block(head, n):
+	"""A row of n floats starting with `head`, zeros after."""
+	x = np.zeros(n, dtype=np.float32)
+	x[:len(head)] = head
+	return x
+
+
+def test_emulate_quantisers():
+	# Q8_0: d = amax / 127, codes roundf(x / d) (halves away from zero),
+	# d stored as f16.  Block 1: amax 127 -> d = 1.  Block 2: amax 254 ->
+	# d = 2, x / d = 2.5, -1.5, 127, 0.5, -0.5, 3.5.  Block 3: amax 1 ->
+	# d = 1/127, f16(1/127) = 1032 * 2^-17 = 0.00787353515625 (1/127 =
+	# 2^-7 * 1.0078740..., 1.0078740 * 1024 = 1032.06); x / d = 127,
+	# 31.75, -12.7.  Block 4: zeros -> d = 0.
+	b1 = [127, -63.5, 0.5, -0.5, 2.5, -2.5, 1.49, 100.4]
+	q1 = [127, -64, 1, -1, 3, -3, 1, 100]
+	b2 = [5, -3, 254, 1, -1, 7]
+	q2 = [3, -2, 127, 1, -1, 4]
+	b3 = [1.0, 0.25, -0.1]
+	q3 = [127, 32, -13]
+	x = np.concatenate([block(b1, 32), block(b2, 32), block(b3, 32), block([], 32)])
+	d3 = 1032 * 2.0 ** -17
+	want_q = [q1, q2, q3, []]
+	want_d = [1.0, 2.0, d3, 0.0]
+	raw = A.quantize(x, A.Q8_0)
+	for i in range(4):
+		blk = list(raw[i])
+		want = f16_bytes(want_d[i]) + \
+			list(block(want_q[i], 32).astype(np.int8).view(np.uint8))
+		if blk != want:
+			raise Fail('Q8_0 block %d: bytes %s, expected %s' % (i, blk, want))
+	want_v = np.concatenate([want_d[i] * block(want_q[i], 32).astype(np.float64)
+				 for i in range(4)])
+	expect_close('Q8_0 values', A.values(x, A.Q8_0), want_v, 0)
+	expect_close('Q8_0 bytes decoded by quants.py', Q.decode(raw, 8, 128), want_v, 0)
+	# Q8_1: the same codes and d, plus s = f16(d * sum(q)): block 1
+	# sums to 164, block 2 to 132
+	raw = A.quantize(x, A.Q8_1)
+	for i, sq in enumerate([164, 2 * 132]):
+		if list(raw[i, :4]) != f16_bytes(want_d[i]) + f16_bytes(sq):
+			raise Fail('Q8_1 block %d: d, s bytes %s' % (i, list(raw[i, :4])))
+	expect_close('Q8_1 bytes decoded by quants.py', Q.decode(raw, 9, 128), want_v, 0)
+	expect_close('Q8_1 values', A.values(x, A.Q8_1), want_v, 0)
+
+	# Q8_K: max = the first element of largest magnitude, with its sign;
+	# iscale = -127 / max; codes rint(iscale * x) (halves to even); d =
+	# 1 / iscale.  Block 1: max -127 (x[3] = 127 comes later) -> iscale 1,
+	# codes = x rounded half-even: 2.5 -> 2, 3.5 -> 4, -2.5 -> -2, 0.5 -> 0,
+	# 1.5 -> 2, 126.7 -> 127; d = 1; bsums[0] = 133.  Block 2: the same
+	# with max = +127 first: iscale -1, codes negated, d = -1, the same
+	# values, bsums[0] = -133.  Block 3: zeros.  Block 4: max 2 -> iscale
+	# -63.5: x = 1 -> -63.5 -> -64 (even), -0.5 -> 31.75 -> 32, 0.25 ->
+	# -15.875 -> -16, 2 -> -127; d = f32(-2/127).
+	h1 = [-127, 2.5, 3.5, 127, -2.5, 0.5, 1.5, 126.7, -0.49]
+	c1 = [-127, 2, 4, 127, -2, 0, 2, 127, 0]
+	h2 = [127, 2.5, 3.5, -127, -2.5, 0.5, 1.5, 126.7, -0.49]
+	c2 = [-127, -2, -4, 127, 2, 0, -2, -127, 0]
+	h4 = [2.0, 1.0, -0.5, 0.25]
+	c4 = [-127, -64, 32, -16]
+	d4 = float(np.float32(-2.0 / 127.0))
+	x = np.concatenate([block(h1, 256), block(h2, 256), block([], 256), block(h4, 256)])
+	raw = A.quantize(x, A.Q8_K)
+	for i, (c, d, bs) in enumerate([(c1, 1.0, 133), (c2, -1.0, -133), ([], 0.0, 0),
+					(c4, d4, -127 - 64 + 32 - 16)]):
+		want = list(np.array([d], dtype='<f4').view(np.uint8)) + \
+			list(block(c, 256).astype(np.int8).view(np.uint8)) + \
+			list(np.array([bs] + [0] * 15, dtype='<i2').view(np.uint8))
+		if list(raw[i]) != want:
+			raise Fail('Q8_K block %d: bytes differ from the hand-built block' % i)
+	want_v = np.concatenate([d * block(c, 256).astype(np.float64) for c, d in
+				 [(c1, 1.0), (c2, -1.0), ([], 0.0), (c4, d4)]])
+	expect_close('Q8_K values', A.values(x, A.Q8_K), want_v, 0)
+	# (quants.py decodes to float32: d * q rounded)
+	expect_close('Q8_K bytes decoded by quants.py', Q.decode(raw, 15, 1024), want_v, 1e-7)
+
+	# random rows: quantise, decode with quants.py = values(); values near x
+	rng = np.random.default_rng(5)
+	x = (rng.standard_normal((3, 512)) * np.array([[0.05], [1.0], [300.0]])).astype(np.float32)
+	for t, bs in [(A.Q8_0, 32), (A.Q8_1, 32), (A.Q8_K, 256)]:
+		v = A.values(x, t)
+		expect_close('%s random rows: decode(quantize) = values' % Q.type_name(t),
+			     Q.decode(A.quantize(x, t), t, x.size).reshape(x.shape), v,
+			     0 if t != A.Q8_K else 1e-7)
+		# half a step, plus for Q8_0/Q8_1 the f16 rounding of d (at most
+		# 2^-11 relative, times |q| <= 127 steps)
+		amax = np.abs(x.reshape(3, -1, bs)).max(axis=2, keepdims=True)
+		err = np.abs(v - x).reshape(3, -1, bs) / amax
+		if err.max() > (0.5 / 127 + (2 ** -11 if bs == 32 else 0)) * 1.001:
+			raise Fail('%s: error %g of the block maximum'
+				   % (Q.type_name(t), err.max()))
+	# the weight types and their activation formats
+	for w, t in [(8, A.Q8_0), (2, A.Q8_0), (3, A.Q8_1), (12, A.Q8_K), (14, A.Q8_K),
+		     (23, A.Q8_K), (0, None), (1, None), (30, None)]:
+		if A.VEC_DOT_TYPE.get(w) != t:
+			raise Fail('weight type %s: activation type %s' % (Q.type_name(w), t))
+
+
+def test_emulate_f16_and_tape():
+	# f16 has 10 mantissa bits: 1 + 2^-11 is the midpoint of 1 and 1 + 2^-10
+	# (to even: 1), 1 + 3 * 2^-11 that of 1 + 2^-10 and 1 + 2^-9 (to even:
+	# 1 + 2^-9); 65504 is the largest f16; 1e-8 is under half the smallest
+	# subnormal (2^-24)
+	x = np.array([1 + 2 ** -11, 1 + 3 * 2 ** -11, -(1 + 2 ** -11), 65504, 1e-8, 0.1])
+	want = [1.0, 1 + 2 ** -9, -1.0, 65504, 0.0, 1638 * 2.0 ** -14]
+	expect_close('kv-f16 rounding', A.round_f16(x), want, 0)
+	# a Tape sees the ties and flips them: Q8_0 block with d = 1, x = 2.5
+	# at column 4 (code 3, or 2 flipped); Q8_K block with iscale 1, x = 2.5
+	# at column 1 (code 2, or 3 flipped); f16 midpoint at column 0
+	for t, xs, col, code, other in [(A.Q8_0, block([127, 0, 0, 0, 2.5], 32), 4, 3, 2),
+					(A.Q8_K, block([-127, 2.5], 256), 1, 2, 3)]:
+		tape = A.Tape(1e-6)
+		A.values(xs[None, :], t, (tape, 'w', np.array([7])))
+		names = [n for _, n, _, _ in tape.near]
+		if ('w', 7, col) not in names:
+			raise Fail('%s: tie at column %d not recorded (%s)'
+				   % (Q.type_name(t), col, names))
+		got = A.values(xs[None, :], t, (A.Tape(0, [('w', 7, col)]), 'w', np.array([7])))
+		plain = A.values(xs[None, :], t)
+		if plain[0, col] != code or got[0, col] != other or \
+		   np.count_nonzero(got != plain) != 1:
+			raise Fail('%s: flip gave %s, expected %d -> %d only'
+				   % (Q.type_name(t), got[0, col], code, other))
+	row = np.array([[1 + 2 ** -11, 0.75, 1.0]])
+	tape = A.Tape(1e-6)
+	A.round_f16(row, (tape, 'k', np.array([3])))
+	if [n for _, n, _, _ in tape.near] != [('k', 3, 0)]:
+		raise Fail('f16 tie not recorded: %s' % tape.near)
+	got = A.round_f16(row, (A.Tape(0, [('k', 3, 0)]), 'k', np.array([3])))
+	expect_close('f16 flip', got, [[1 + 2 ** -10, 0.75, 1.0]], 0)
+
+
+def test_emulate_models(qpath, fpath):
+	ids = [1, 7, 3, 9, 4, 200, 11, 5]
+	# F32 weights: act-quant changes nothing; kv-f16 stores float16 values
+	cfg, W = load.load(fpath)
+	plain = M.Model(cfg, W).forward(ids)
+	expect_close('F32 model: act-quant changes nothing',
+		     M.Model(cfg, W, ['act-quant']).forward(ids), plain, 0)
+	m = M.Model(cfg, W, ['kv-f16'])
+	kv = m.forward(ids)
+	for c in m.k_cache + m.v_cache:
+		if not (c.astype(np.float16).astype(np.float64) == c).all():
+			raise Fail('kv-f16: cache holds values that are not float16')
+	expect_close('kv-f16 close to exact', kv, plain, 1e-2)
+	if (kv == plain).all():
+		raise Fail('kv-f16 changed nothing')
+	# K-quant weights: every product with a quantised weight sees
+	# values(x, Q8_K); the router (F32) sees x
+	cfg, W = load.load(qpath)
+	m = M.Model(cfg, W, ['act-quant'])
+	m._pos = np.arange(3)
+	x = np.random.default_rng(6).standard_normal((3, cfg.n_embd))
+	for name in ['blk.0.attn_q.weight', 'blk.0.ffn_gate_inp.weight', 'output.weight']:
+		m.reset()
+		want = x if W.ggml_type(name) == 0 else A.values(x, A.Q8_K)
+		expect_close('act-quant input of %s' % name, m.x_for(x, name), want, 0)
+	if W.ggml_type('blk.0.attn_q.weight') == 0 or W.ggml_type('blk.0.ffn_gate_inp.weight'):
+		raise Fail('%s: expected a quantised attn_q and an F32 router' % qpath)
+	# flips are named by position: the same flip, whole or token by token
+	em = ['act-quant', 'kv-f16']
+	m = M.Model(cfg, W, em, A.Tape(1e-5, (), 1e-4))
+	m.forward(ids)
+	near = sorted(m.tape.near)
+	if not near:
+		raise Fail('no ties recorded')
+	# an activation code of layer 0 and the KV element with the largest step
+	code = [c[1] for c in near if c[1][0].startswith('blk.0.') and 'cache' not in c[1][0]]
+	kv = sorted((c for c in near if 'cache' in c[1][0]), key=lambda c: -c[2])
+	if not code or not kv:
+		raise Fail('expected ties of both kinds, got %s' % near[:5])
+	flip = [code[0], kv[0][1]]
+	m = M.Model(cfg, W, em, A.Tape(0, flip))
+	whole = m.forward(ids)[-1]
+	m = M.Model(cfg, W, em, A.Tape(0, flip))
+	for t in ids[:-1]:
+		m.forward([t])
+	steps = m.forward(ids[-1:])[-1]
+	expect_close('flips %s: whole vs token by token' % flip, steps, whole, 1e-9)
+	base = M.Model(cfg, W, em).forward(ids)[-1]
+	if (base == whole).all():
+		raise Fail('flips %s changed nothing' % flip)
+
+
 # --- the rest ---------------------------------------------------------------------------
 
 def test_cache(path):
@@ -481,15 +676,19 @@ def test_cache(path):
 	expect_close('final logits with cache vs recomputed', la, lb, 1e-9)
 
 
+def load_vec(path):
+	return np.load(path) if path.endswith('.npy') else np.loadtxt(path, ndmin=1)
+
+
 def compare(a, b, tol):
-	A, B = np.load(a), np.load(b)
+	A, B = load_vec(a), load_vec(b)
 	if A.shape != B.shape:
 		raise Fail('%s %s vs %s %s: shapes differ' % (a, A.shape, b, B.shape))
 	err, scale = np.abs(A - B).max(), np.abs(B).max()
 	if not err <= tol * scale:
 		raise Fail('%s vs %s: max |diff| %g > %g * max |logit| %g'
 			   % (a, b, err, tol, scale))
-	print('max |diff| %.3g, max |logit| %.3g' % (err, scale))
+	print('max |diff| %.3g, max |logit| %.3g, ratio %.3g' % (err, scale, err / scale))
 
 
 def rope_meta(src, dst, kind, factor):
@@ -545,6 +744,10 @@ def main(argv):
 			test_cache(args[0])
 		elif cmd == 'compare':
 			compare(args[0], args[1], float(args[2]))
+		elif cmd == 'emulate':
+			test_emulate_quantisers()
+			test_emulate_f16_and_tape()
+			test_emulate_models(args[0], args[1])
 		elif cmd == 'rope-meta':
 			rope_meta(args[0], args[1], args[2], float(args[3]))
 		else:

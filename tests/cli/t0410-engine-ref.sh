@@ -1,0 +1,131 @@
+#!/bin/sh
+# tests/cli/t0410-engine-ref.sh — the C engine against the independent numpy
+# reference (tests/ref) on generated models: every architecture at F32, and
+# mixtral / olmoe (and qwen2moe for a few) at every type scripts/gen-model
+# writes.  For each model (GGUF -> moe-convert -> UTH, run by
+# tests/unit/engine-run) and each kernel set (the default one, MOE_ISA=generic
+# and MOE_ISA=avx2), tests/ref/vs_engine.py checks
+#   - the logits of the last prompt position against the reference that
+#     emulates the engine's specified arithmetic (tests/ref/README): KV cache
+#     rounded to F16, and for quantised weights the activations rounded to the
+#     weight type's 8-bit format; tolerance per type below;
+#   - that each of the 32 greedily generated ids is the reference's greedy
+#     choice for the same prefix (so the continuation is the reference's);
+#   - F32/F16/BF16: the logits within 1e-3 of max |logit| of the exact
+#     reference (no emulation), the figure.
+# Rounding ties the float32 noise may decide either way are handled by
+# vs_engine.py (it says when it needed one).  Also: prefill token by token
+# gives the logits of one batch within 1e-4 and the same ids.
+# MOE_T0410_SEED=K adds K to every model's seed (to try other models).
+. "$top_srcdir/tests/cli/lib.sh"
+
+RUN="$top_builddir/tests/unit/engine-run"
+CONV="$BIN/moe-convert"
+GEN="$top_srcdir/scripts/gen-model"
+VS="$top_srcdir/tests/ref/vs_engine.py"
+[ -x "$RUN" ] || skip_all "tests/unit/engine-run not built (make check builds it)"
+[ -x "$CONV" ] || skip_all "tools/moe-convert not built"
+PROMPT="1 7 3 9 4 200 11 5"
+N=32
+S=${MOE_T0410_SEED:-0}
+
+# Tolerances: max |engine - reference| / max |reference logit| at the last
+# prompt position (tests/ref/README has the measurements: seven sets of
+# seeds, generic, AVX2 and AVX-512 kernels, after tie handling):
+#   type             emulation           tolerance  measured max   exact ref.
+#   f32 f16 bf16     kv-f16              2e-4       6.9e-5         1e-3
+#   q8_0 q4_0        act-quant,kv-f16    1e-6       1.1e-7         -
+#   q4_k q5_k q6_k
+#   q4_k_m           act-quant,kv-f16    1e-5       1.7e-6         -
+# (without emulation quantised types differ by 1.3e-2 .. 3.8e-2).
+tol() {
+	case $1 in
+	f32|f16|bf16) echo "kv-f16 2e-4 1e-3" ;;
+	q8_0|q4_0) echo "act-quant,kv-f16 1e-6 0" ;;
+	*) echo "act-quant,kv-f16 1e-5 0" ;;
+	esac
+}
+
+# engine NAME TAG [ISA] [BATCH]: engine-run on NAME.uth into NAME.TAG.out
+engine() {
+	if [ -n "${3:-}" ]; then
+		MOE_ISA=$3 "$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
+	else
+		"$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
+	fi
+}
+
+# model NAME ARCH TYPE SHAPE SEED: generate, convert, run the engine four
+# ways and judge; writes result lines ("ok - ...", "not ok - ...", "# ...")
+# to stdout, for replay() (models run two at a time)
+model() {
+	name=$1 arch=$2 type=$3 shape=$4 seed=$5
+	if ! "$PYTHON3" "$GEN" --arch "$arch" --type "$type" --shape "$shape" --seed "$seed" \
+			--out "$T/$name" >"$T/$name.gen.err" 2>&1 ||
+	   ! "$CONV" "$T/$name.gguf" "$T/$name.uth" >>"$T/$name.gen.err" 2>&1; then
+		echo "not ok - $name: generate and convert"; sed 's/^/#   /' "$T/$name.gen.err"
+		return
+	fi
+	outs=""
+	for run in "default" "generic generic" "avx2 avx2" "b1 '' 1"; do
+		eval "set -- $run"
+		# (a sanitizer build reports undefined behaviour on stderr only)
+		if engine "$name" "$@" && ! grep -q 'runtime error' "$T/$name.$1.err"; then
+			# prefill token by token (b1) is also compared with one batch
+			outs="$outs $name/$1=$T/$name.$1.out${3:+@$name/default}"
+		else
+			echo "not ok - $name: engine-run ($1)"; sed 's/^/#   /' "$T/$name.$1.err"
+		fi
+	done
+	set -- $(tol "$type")
+	"$PYTHON3" "$VS" --model "$T/$name.gguf" --tokens "$PROMPT" --emulate "$1" --tol "$2" \
+		--plain-tol "$3" --self-tol 1e-4 $outs 2>"$T/$name.vs.err"
+	[ $? -le 1 ] && [ ! -s "$T/$name.vs.err" ] ||
+		{ echo "not ok - $name: vs_engine.py"; sed 's/^/#   /' "$T/$name.vs.err"; }
+}
+
+replay() {
+	while IFS= read -r line; do
+		case $line in
+		"ok - "*) ok 0 "${line#ok - }" ;;
+		"not ok - "*) ok 1 "${line#not ok - }" ;;
+		"#"*) echo "$line" ;;
+		esac
+	done <"$1"
+}
+
+set --
+for a in llama mixtral qwen2 qwen2moe qwen3 qwen3moe olmoe; do
+	set -- "$@" "$a-f32 $a f32 tiny $((S + 1))"
+done
+seed=$((S + 2))
+for a in mixtral olmoe; do
+	for t in f16 bf16 q8_0 q4_0; do
+		set -- "$@" "$a-$t $a $t tiny $seed"
+		seed=$((seed + 1))
+	done
+	for t in q4_k q5_k q6_k q4_k_m; do
+		set -- "$@" "$a-$t $a $t small $seed"
+		seed=$((seed + 1))
+	done
+done
+set -- "$@" "qwen2moe-bf16 qwen2moe bf16 tiny $((S + 20))" \
+	"qwen2moe-q4_0 qwen2moe q4_0 tiny $((S + 21))" \
+	"qwen2moe-q5_k qwen2moe q5_k small $((S + 22))" \
+	"qwen2moe-q4_k_m qwen2moe q4_k_m small $((S + 23))"
+
+# two models at a time (2 cores: one's Python while the other's engine runs)
+i=0
+for spec in "$@"; do
+	model $spec >"$T/res.$i" 2>&1 &
+	i=$((i + 1))
+	[ $((i % 2)) -eq 0 ] && wait
+done
+wait
+j=0
+while [ $j -lt $i ]; do
+	replay "$T/res.$j"
+	j=$((j + 1))
+done
+
+done_testing
