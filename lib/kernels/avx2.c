@@ -88,7 +88,8 @@ INLINE void float_dot(const int kind, int64_t n, float *s, const uint8_t *w, con
 			acc[j] = _mm256_fmadd_ps(load_w8(kind, w + (i + 8 * j) * esz),
 						 _mm256_loadu_ps(x + i + 8 * j), acc[j]);
 	for (; i + 8 <= n; i += 8)
-		acc[0] = _mm256_fmadd_ps(load_w8(kind, w + i * esz), _mm256_loadu_ps(x + i), acc[0]);
+		acc[0] = _mm256_fmadd_ps(load_w8(kind, w + i * esz), _mm256_loadu_ps(x + i),
+					 acc[0]);
 	float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]),
 					_mm256_add_ps(acc[2], acc[3])));
 	for (; i < n; i++)
@@ -171,15 +172,16 @@ INLINE void k45_dot(const int five, int64_t n, float *s, const void *w, const vo
 
 	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
 		const uint8_t *b = (const uint8_t *)w + i * bsz;
-		const uint8_t *qs = five ? ((const moe_block_q5_k *)b)->qs
-					 : ((const moe_block_q4_k *)b)->qs;
+		const uint8_t *qs = b + (five ? offsetof(moe_block_q5_k, qs)
+					      : offsetof(moe_block_q4_k, qs));
 		uint32_t u[4];
 		uint8_t sc[8], m[8];
 		moe_k4_unpack_scales(b + 4, u);
 		memcpy(sc, u, 8);
 		memcpy(m, u + 2, 8);
-		__m256i qh = five ? _mm256_loadu_si256((const void *)((const moe_block_q5_k *)b)->qh)
-				  : _mm256_setzero_si256();
+		__m256i qh = _mm256_setzero_si256();
+		if (five)
+			qh = _mm256_loadu_si256((const void *)(b + offsetof(moe_block_q5_k, qh)));
 		__m256i sumi = _mm256_setzero_si256();
 		for (int j = 0; j < 4; j++) {
 			__m256i q = _mm256_loadu_si256((const void *)(qs + 32 * j));
@@ -188,8 +190,10 @@ INLINE void k45_dot(const int five, int64_t n, float *s, const void *w, const vo
 			if (five) {
 				/* Bit 2j / 2j+1 of each qh byte becomes bit 4. */
 				__m256i one = _mm256_set1_epi8(1);
-				__m256i hl = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one);
-				__m256i hh = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one);
+				__m256i hl = _mm256_srli_epi16(qh, 2 * j);
+				__m256i hh = _mm256_srli_epi16(qh, 2 * j + 1);
+				hl = _mm256_and_si256(hl, one);
+				hh = _mm256_and_si256(hh, one);
 				lo = _mm256_or_si256(lo, _mm256_slli_epi16(hl, 4));
 				hi = _mm256_or_si256(hi, _mm256_slli_epi16(hh, 4));
 			}
@@ -247,7 +251,8 @@ static void vec_dot_q6_k(int64_t n, float *s, const void *w, const void *x)
 				int g = 8 * h + 2 * k;
 				__m256i scv = _mm256_setr_m128i(_mm_set1_epi16(b[i].scales[g]),
 								_mm_set1_epi16(b[i].scales[g + 1]));
-				__m256i xq = _mm256_loadu_si256((const void *)(y[i].qs + 128 * h + 32 * k));
+				const int8_t *xp = y[i].qs + 128 * h + 32 * k;
+				__m256i xq = _mm256_loadu_si256((const void *)xp);
 				sumi = _mm256_add_epi32(
 					sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), scv));
 			}

@@ -1,6 +1,7 @@
 /* kernels/avx512.c — AVX-512 kernels (F, BW, VL, VNNI): register-tiled
- * products for F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, the Q8_0 and
- * Q8_K activation quantisers and the F16/BF16 row decoders.
+ * products for every weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, IQ4_NL, MXFP4, Q2_K .. Q6_K, IQ4_XS), the Q8_0, Q8_1 and Q8_K
+ * activation quantisers and the F16/BF16 row decoders.
  *
  * Compiled with $(AVX512_CFLAGS); kernels.c calls moe_kernels_fill_avx512
  * only on a CPU that has these instructions.
@@ -27,12 +28,21 @@
 #include "kernels/kernels_int.h"
 
 #define INLINE static inline __attribute__((always_inline))
+/* The R x T loops of a tile must be unrolled completely for the
+ * accumulators to live in registers: GCC does not do it on its own for
+ * bodies this large (measured: 2-3x slower without). */
+#define MOE_UNROLL _Pragma("GCC unroll 8")
 
 INLINE uint16_t ld16(const uint8_t *p)
 {
 	uint16_t v;
 	memcpy(&v, p, 2);
 	return v;
+}
+
+INLINE float h2f(const uint8_t *p)
+{
+	return _cvtsh_ss(ld16(p));
 }
 
 INLINE float ldf32(const uint8_t *p)
@@ -54,11 +64,25 @@ INLINE __m512i zero_i(void)
 	return _mm512_setzero_si512();
 }
 
+/* acc + dp * (a * b), dp converted to float. */
+INLINE __m512 fma_scaled(__m512 acc, __m512i dp, __m512 a, __m512 b)
+{
+	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mul_ps(a, b), acc);
+}
+
+/* acc + sc * dot4(q, x): q unsigned codes, x signed, the 4-element sums
+ * small enough for 16 bits; sc a 16-bit scale in the low half of each lane
+ * (high half zero). */
+INLINE __m512i dot_scaled(__m512i acc, __m512i q, __m512i x, __m512i sc)
+{
+	return _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(zero_i(), q, x), sc);
+}
+
 /* Store the horizontal sums of the tile's accumulators. */
-#define STORE_TILE(R, T, acc, s, lds)                                          \
-	do {                                                                   \
-		_Pragma("GCC unroll 4") for (int r_ = 0; r_ < (R); r_++)       \
-			_Pragma("GCC unroll 8") for (int t_ = 0; t_ < (T); t_++) \
+#define STORE_TILE(R, T, acc, s, lds)                                                  \
+	do {                                                                           \
+		MOE_UNROLL for (int r_ = 0; r_ < (R); r_++)                            \
+			MOE_UNROLL for (int t_ = 0; t_ < (T); t_++)                    \
 				(s)[t_ * (lds) + r_] = _mm512_reduce_add_ps((acc)[r_][t_]); \
 	} while (0)
 
@@ -97,9 +121,10 @@ INLINE __m512i zero_i(void)
  * ran at half the speed of the same kernel on cached weights: the loop body
  * is long, so the out-of-order window reaches only a few hundred bytes
  * ahead, and the hardware prefetchers do not cover the interleaved rows.
- * (8 KiB with the L2 hint measured best; into L1 it thrashes.) */
+ * (16 KiB with the L2 hint measured best on Zen 4; 4 KiB gains little, and
+ * prefetching into L1 thrashes it.) */
 #ifndef MOE_PF_DIST
-#define MOE_PF_DIST 8192
+#define MOE_PF_DIST 16384
 #endif
 INLINE void prefetch_ahead(const uint8_t *p, size_t len)
 {
@@ -127,20 +152,20 @@ INLINE void float_tile(const int kind, const int R, const int T, int64_t n, cons
 	__m512 acc[4][6];
 	int64_t i = 0;
 
-	_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-		_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		MOE_UNROLL for (int t = 0; t < T; t++)
 			acc[r][t] = _mm512_setzero_ps();
 	for (; i < n; i += 16) {
 		__mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
 		__m512 wv[4];
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+		MOE_UNROLL for (int r = 0; r < R; r++) {
 			if (esz == 4 || !(i & 31))
 				prefetch_ahead(w + r * ldw + i * esz, 64);
 			wv[r] = load_w16(kind, w + r * ldw + i * esz, m);
 		}
-		_Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+		MOE_UNROLL for (int t = 0; t < T; t++) {
 			__m512 xv = _mm512_maskz_loadu_ps(m, x + t * ldx + i * 4);
-			_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+			MOE_UNROLL for (int r = 0; r < R; r++)
 				acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
 		}
 	}
@@ -169,17 +194,24 @@ MOE_GEMM(f32, 4, 6, 4)
 MOE_GEMM(f16, 4, 6, 4)
 MOE_GEMM(bf16, 4, 6, 4)
 
-/* ------------------------------------------------------------ Q8_0, Q4_0 */
+/* ------------------------------------------------------ 32-element blocks */
 
 /* Two consecutive 32-element blocks are one 64-lane step; a last odd block
  * is a step with the second half zero (`two` false). */
 
-/* The codes of blocks b and b+1 of a Q8_0 row (34-byte blocks). */
+/* The codes of blocks b and b+1 of a Q8_0 (q1 false) or Q8_1 row. */
+INLINE __m512i q8_codes(const uint8_t *b, const int q1, const int two)
+{
+	const size_t bs = q1 ? sizeof(moe_block_q8_1) : sizeof(moe_block_q8_0);
+	const size_t qs = q1 ? offsetof(moe_block_q8_1, qs) : offsetof(moe_block_q8_0, qs);
+	__m256i lo = _mm256_loadu_si256((const void *)(b + qs));
+	__m256i hi = two ? _mm256_loadu_si256((const void *)(b + bs + qs)) : _mm256_setzero_si256();
+	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
 INLINE __m512i q8_0_codes(const uint8_t *b, const int two)
 {
-	__m256i lo = _mm256_loadu_si256((const void *)(b + 2));
-	__m256i hi = two ? _mm256_loadu_si256((const void *)(b + 36)) : _mm256_setzero_si256();
-	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+	return q8_codes(b, 0, two);
 }
 
 /* The two f16 scales a, b as floats spread over the lanes by idx (0 -> a,
@@ -198,7 +230,7 @@ INLINE void q8_0_step(const int R, const int T, const int two, const uint8_t *w,
 	__m512i wv[4], wc[4];
 	__m512 wd[4];
 
-	_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+	MOE_UNROLL for (int r = 0; r < R; r++) {
 		const uint8_t *b = w + r * ldw;
 		prefetch_ahead(b, 2 * 34);
 		wv[r] = q8_0_codes(b, two);
@@ -206,14 +238,13 @@ INLINE void q8_0_step(const int R, const int T, const int two, const uint8_t *w,
 		wc[r] = _mm512_sub_epi32(zero_i(), _mm512_slli_epi32(sum, 7));
 		wd[r] = pair_scale(ld16(b), two ? ld16(b + 34) : 0, idx);
 	}
-	_Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+	MOE_UNROLL for (int t = 0; t < T; t++) {
 		const uint8_t *a = x + t * ldx;
 		__m512i xv = _mm512_xor_si512(q8_0_codes(a, two), _mm512_set1_epi8((char)0x80));
 		__m512 xd = pair_scale(ld16(a), two ? ld16(a + 34) : 0, idx);
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+		MOE_UNROLL for (int r = 0; r < R; r++) {
 			__m512i dp = _mm512_dpbusd_epi32(wc[r], xv, wv[r]);
-			acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mul_ps(wd[r], xd),
-						    acc[r][t]);
+			acc[r][t] = fma_scaled(acc[r][t], dp, wd[r], xd);
 		}
 	}
 }
@@ -224,8 +255,8 @@ INLINE void q8_0_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 	__m512 acc[4][6];
 	int64_t nb = n / MOE_QK, i = 0;
 
-	_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-		_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		MOE_UNROLL for (int t = 0; t < T; t++)
 			acc[r][t] = _mm512_setzero_ps();
 	for (; i + 2 <= nb; i += 2)
 		q8_0_step(R, T, 1, w + i * 34, ldw, x + i * 34, ldx, acc);
@@ -237,27 +268,52 @@ INLINE void q8_0_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 MOE_GEMM(q8_0, 4, 4, 4)
 
 /* The 4-bit 32-element types share one step: Q4_0, Q5_0 (plus a fifth bit),
- * IQ4_NL and MXFP4 (a 16-entry code book).  The 16 code bytes of blocks b
- * and b+1 give lanes [b.lo, b+1.lo, b.hi, b+1.hi] (16 each; lo = elements
- * 0-15, hi = 16-31) with one shift of the upper half; the activations are
- * permuted to the same order, which is cheaper than reordering the nibbles.
+ * Q4_1, Q5_1 (with Q8_1 activations), IQ4_NL and MXFP4 (a 16-entry code
+ * book).  The 16 code bytes of blocks b and b+1 give lanes [b.lo, b+1.lo,
+ * b.hi, b+1.hi] (16 each; lo = elements 0-15, hi = 16-31) with one shift of
+ * the upper half; the activations are permuted to the same order, which is
+ * cheaper than reordering the nibbles.
  *
  * Q4_0 and Q5_0 codes are unsigned, their offsets (-8, -16) entering as
- * -8 * sum(x) in the accumulator's start; the code-book values are signed,
- * so those take the Q8_0 route (x biased by 128, minus 128 * sum(w)). */
-enum { K4_Q4_0, K4_Q5_0, K4_IQ4_NL, K4_MXFP4 };
+ * -8 * sum(x) in the accumulator's start; Q4_1 and Q5_1 add m * dy * sum(x)
+ * with one more multiply-add per block; the code-book values are signed, so
+ * those take the Q8_0 route (x biased by 128, minus 128 * sum(w)). */
+enum { B32_Q4_0, B32_Q5_0, B32_Q4_1, B32_Q5_1, B32_IQ4_NL, B32_MXFP4 };
 
-INLINE size_t k4_bsize(const int kind)
+INLINE size_t b32_bsize(const int kind)
 {
-	return kind == K4_Q4_0 ? sizeof(moe_block_q4_0) : kind == K4_Q5_0 ? sizeof(moe_block_q5_0)
-	       : kind == K4_IQ4_NL ? sizeof(moe_block_iq4_nl) : sizeof(moe_block_mxfp4);
+	switch (kind) {
+	case B32_Q4_0: return sizeof(moe_block_q4_0);
+	case B32_Q5_0: return sizeof(moe_block_q5_0);
+	case B32_Q4_1: return sizeof(moe_block_q4_1);
+	case B32_Q5_1: return sizeof(moe_block_q5_1);
+	case B32_IQ4_NL: return sizeof(moe_block_iq4_nl);
+	default: return sizeof(moe_block_mxfp4);
+	}
 }
 
-INLINE size_t k4_qs(const int kind)
+INLINE size_t b32_qs(const int kind)
 {
-	return kind == K4_Q4_0 ? offsetof(moe_block_q4_0, qs) : kind == K4_Q5_0
-	       ? offsetof(moe_block_q5_0, qs) : kind == K4_IQ4_NL ? offsetof(moe_block_iq4_nl, qs)
-	       : offsetof(moe_block_mxfp4, qs);
+	switch (kind) {
+	case B32_Q4_0: return offsetof(moe_block_q4_0, qs);
+	case B32_Q5_0: return offsetof(moe_block_q5_0, qs);
+	case B32_Q4_1: return offsetof(moe_block_q4_1, qs);
+	case B32_Q5_1: return offsetof(moe_block_q5_1, qs);
+	case B32_IQ4_NL: return offsetof(moe_block_iq4_nl, qs);
+	default: return offsetof(moe_block_mxfp4, qs);
+	}
+}
+
+/* The fifth bits of Q5_0 / Q5_1 (bit e of qh is element e's) as a mask in
+ * the lane order above. */
+INLINE __mmask64 q5_mask(const uint8_t *qa, const uint8_t *qb, const int two)
+{
+	uint32_t ha, hb = 0;
+	memcpy(&ha, qa, 4);
+	if (two)
+		memcpy(&hb, qb, 4);
+	return (uint64_t)(ha & 0xFFFF) | (uint64_t)(hb & 0xFFFF) << 16 |
+	       (uint64_t)(ha >> 16) << 32 | (uint64_t)(hb >> 16) << 48;
 }
 
 /* Nibble codes of blocks b, b+1 in the lane order above. */
@@ -277,93 +333,106 @@ INLINE __m512 pair_scale_f(float a, float b, __m512i idx)
 	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_setr_ps(a, b, 0, 0)));
 }
 
-INLINE void k4_step(const int kind, const int R, const int T, const int two, const uint8_t *w,
+INLINE void b32_step(const int kind, const int R, const int T, const int two, const uint8_t *w,
 		    size_t ldw, const uint8_t *x, size_t ldx, __m512 acc[4][6])
 {
 	const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-	const size_t bs = k4_bsize(kind), qs = k4_qs(kind);
-	const int book = kind == K4_IQ4_NL || kind == K4_MXFP4;
+	const size_t bs = b32_bsize(kind), qs = b32_qs(kind);
+	const int book = kind == B32_IQ4_NL || kind == B32_MXFP4;
+	const int q1 = kind == B32_Q4_1 || kind == B32_Q5_1; /* Q8_1 activations */
+	const size_t xbs = q1 ? sizeof(moe_block_q8_1) : sizeof(moe_block_q8_0);
 	__m512i wv[4], wc[4];
-	__m512 wd[4];
+	__m512 wd[4], wm[4];
 
-	_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+	MOE_UNROLL for (int r = 0; r < R; r++) {
 		const uint8_t *b = w + r * ldw;
 		prefetch_ahead(b, 2 * bs);
 		wv[r] = nib_codes(b + qs, b + bs + qs, two);
-		if (kind == K4_Q5_0) {
-			/* Bit e of qh is element e's fifth bit. */
-			uint32_t ha, hb = 0;
-			memcpy(&ha, b + offsetof(moe_block_q5_0, qh), 4);
-			if (two)
-				memcpy(&hb, b + bs + offsetof(moe_block_q5_0, qh), 4);
-			__mmask64 k = (uint64_t)(ha & 0xFFFF) | (uint64_t)(hb & 0xFFFF) << 16 |
-				      (uint64_t)(ha >> 16) << 32 | (uint64_t)(hb >> 16) << 48;
+		if (kind == B32_Q5_0 || kind == B32_Q5_1) {
+			const size_t qh = kind == B32_Q5_0 ? offsetof(moe_block_q5_0, qh)
+							  : offsetof(moe_block_q5_1, qh);
+			__mmask64 k = q5_mask(b + qh, b + bs + qh, two);
 			wv[r] = _mm512_mask_add_epi8(wv[r], k, wv[r], _mm512_set1_epi8(16));
 		}
+		if (q1) /* m, the offset, at bytes 2-3 of both */
+			wm[r] = pair_scale(ld16(b + 2), two ? ld16(b + bs + 2) : 0, idx);
 		if (book) {
-			const int8_t *tab = kind == K4_IQ4_NL ? moe_kvalues_iq4nl : moe_kvalues_mxfp4;
+			const int8_t *tab = kind == B32_IQ4_NL ? moe_kvalues_iq4nl
+							      : moe_kvalues_mxfp4;
 			__m512i tb = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)tab));
 			wv[r] = _mm512_shuffle_epi8(tb, wv[r]);
 			__m512i sum = _mm512_dpbusd_epi32(zero_i(), _mm512_set1_epi8(1), wv[r]);
 			wc[r] = _mm512_sub_epi32(zero_i(), _mm512_slli_epi32(sum, 7));
 		}
-		if (kind == K4_MXFP4)
+		if (kind == B32_MXFP4)
 			wd[r] = pair_scale_f(moe_e8m0_to_f32_half(b[0]),
 					     two ? moe_e8m0_to_f32_half(b[bs]) : 0.0f, idx);
 		else
 			wd[r] = pair_scale(ld16(b), two ? ld16(b + bs) : 0, idx);
 	}
-	_Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+	MOE_UNROLL for (int t = 0; t < T; t++) {
 		const uint8_t *a = x + t * ldx;
-		__m512i xv = q8_0_codes(a, two), xs = zero_i();
+		__m512i xv = q8_codes(a, q1, two), xs = zero_i();
+		__m512 xd = pair_scale(ld16(a), two ? ld16(a + xbs) : 0, idx), xm;
 		xv = _mm512_shuffle_i64x2(xv, xv, _MM_SHUFFLE(3, 1, 2, 0));
 		if (book) {
 			xv = _mm512_xor_si512(xv, _mm512_set1_epi8((char)0x80));
+		} else if (q1) {
+			/* dy * sum(x) per lane, for the offsets m. */
+			xs = _mm512_dpbusd_epi32(zero_i(), _mm512_set1_epi8(1), xv);
+			xm = _mm512_mul_ps(_mm512_cvtepi32_ps(xs), xd);
+			xs = zero_i();
 		} else {
 			xs = _mm512_dpbusd_epi32(zero_i(),
-						 _mm512_set1_epi8(kind == K4_Q5_0 ? 16 : 8), xv);
+						 _mm512_set1_epi8(kind == B32_Q5_0 ? 16 : 8), xv);
 			xs = _mm512_sub_epi32(zero_i(), xs);
 		}
-		__m512 xd = pair_scale(ld16(a), two ? ld16(a + 34) : 0, idx);
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+		MOE_UNROLL for (int r = 0; r < R; r++) {
 			__m512i dp = book ? _mm512_dpbusd_epi32(wc[r], xv, wv[r])
 					  : _mm512_dpbusd_epi32(xs, wv[r], xv);
-			acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mul_ps(wd[r], xd),
-						    acc[r][t]);
+			acc[r][t] = fma_scaled(acc[r][t], dp, wd[r], xd);
+			if (q1)
+				acc[r][t] = _mm512_fmadd_ps(xm, wm[r], acc[r][t]);
 		}
 	}
 }
 
-INLINE void k4_tile(const int kind, const int R, const int T, int64_t n, const uint8_t *w,
+INLINE void b32_tile(const int kind, const int R, const int T, int64_t n, const uint8_t *w,
 		    size_t ldw, const uint8_t *x, size_t ldx, float *s, size_t lds)
 {
-	const size_t bs = k4_bsize(kind);
+	const size_t bs = b32_bsize(kind);
+	const size_t xbs = kind == B32_Q4_1 || kind == B32_Q5_1 ? sizeof(moe_block_q8_1)
+							      : sizeof(moe_block_q8_0);
 	__m512 acc[4][6];
 	int64_t nb = n / MOE_QK, i = 0;
 
-	_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-		_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		MOE_UNROLL for (int t = 0; t < T; t++)
 			acc[r][t] = _mm512_setzero_ps();
 	for (; i + 2 <= nb; i += 2)
-		k4_step(kind, R, T, 1, w + i * bs, ldw, x + i * 34, ldx, acc);
+		b32_step(kind, R, T, 1, w + i * bs, ldw, x + i * xbs, ldx, acc);
 	if (i < nb)
-		k4_step(kind, R, T, 0, w + i * bs, ldw, x + i * 34, ldx, acc);
+		b32_step(kind, R, T, 0, w + i * bs, ldw, x + i * xbs, ldx, acc);
 	STORE_TILE(R, T, acc, s, lds);
 }
 
-#define MOE_K4_TILE(name, kind)                                                                \
+#define MOE_B32_TILE(name, kind)                                                                \
 	INLINE void name##_tile(const int R, const int T, int64_t n, const uint8_t *w,         \
 				size_t ldw, const uint8_t *x, size_t ldx, float *s, size_t lds) \
 	{                                                                                      \
-		k4_tile(kind, R, T, n, w, ldw, x, ldx, s, lds);                                \
+		b32_tile(kind, R, T, n, w, ldw, x, ldx, s, lds);                                \
 	}
-MOE_K4_TILE(q4_0, K4_Q4_0)
-MOE_K4_TILE(q5_0, K4_Q5_0)
-MOE_K4_TILE(iq4_nl, K4_IQ4_NL)
-MOE_K4_TILE(mxfp4, K4_MXFP4)
+MOE_B32_TILE(q4_0, B32_Q4_0)
+MOE_B32_TILE(q5_0, B32_Q5_0)
+MOE_B32_TILE(q4_1, B32_Q4_1)
+MOE_B32_TILE(q5_1, B32_Q5_1)
+MOE_B32_TILE(iq4_nl, B32_IQ4_NL)
+MOE_B32_TILE(mxfp4, B32_MXFP4)
 
 MOE_GEMM(q4_0, 4, 4, 4)
 MOE_GEMM(q5_0, 4, 4, 4)
+MOE_GEMM(q4_1, 4, 4, 4)
+MOE_GEMM(q5_1, 4, 4, 4)
 MOE_GEMM(iq4_nl, 4, 4, 4)
 MOE_GEMM(mxfp4, 4, 4, 4)
 
@@ -411,6 +480,12 @@ INLINE __m512 k4_dm(const uint8_t *b)
 	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
 }
 
+/* Codes 64c .. 64c+63 of block i of a Q8_K row. */
+INLINE __m512i q8k_chunk(const uint8_t *row, int64_t i, int c)
+{
+	return _mm512_loadu_si512(row + i * Q8K_SIZE + Q8K_QS + 64 * c);
+}
+
 /* Lanes 8-15: sums of the activation codes per group of 32 (from bsums). */
 INLINE __m512i q8k_group_sums(const uint8_t *y)
 {
@@ -429,55 +504,57 @@ INLINE void k45_tile(const int five, const int R, const int T, int64_t n, const 
 	const size_t qs_off = five ? offsetof(moe_block_q5_k, qs) : offsetof(moe_block_q4_k, qs);
 	const __m512i m4 = _mm512_set1_epi8(0x0F);
 	const __m512i idx0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-	const __m512i bit0 = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi8(1), _mm512_set1_epi8(2));
+	const __m512i bit0 = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi8(1),
+						     _mm512_set1_epi8(2));
 	__m512 acc[4][6];
 	int64_t nb = n / MOE_QK_K;
 
-	_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-		_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		MOE_UNROLL for (int t = 0; t < T; t++)
 			acc[r][t] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		__m512i scm[4], qh[4], ai[4][6];
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+		MOE_UNROLL for (int r = 0; r < R; r++) {
 			const uint8_t *b = w + r * ldw + i * bsz;
 			prefetch_ahead(b, bsz);
 			scm[r] = k4_scales(b + 4);
 			if (five)
 				qh[r] = _mm512_broadcast_i64x4(_mm256_loadu_si256(
 					(const void *)(b + offsetof(moe_block_q5_k, qh))));
-			_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+			MOE_UNROLL for (int t = 0; t < T; t++)
 				ai[r][t] = zero_i();
 		}
-		_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
+		MOE_UNROLL for (int p = 0; p < 4; p++) {
 			__m512i xq[6];
 			const __m512i idx = _mm512_add_epi32(idx0, _mm512_set1_epi32(2 * p));
-			_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
-				xq[t] = _mm512_loadu_si512(x + t * ldx + i * Q8K_SIZE + Q8K_QS + 64 * p);
-			_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+			MOE_UNROLL for (int t = 0; t < T; t++)
+				xq[t] = q8k_chunk(x + t * ldx, i, p);
+			MOE_UNROLL for (int r = 0; r < R; r++) {
 				const uint8_t *b = w + r * ldw + i * bsz;
 				__m512i q = _mm512_broadcast_i64x4(
 					_mm256_loadu_si256((const void *)(b + qs_off + 32 * p)));
-				q = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xFFFF0000u, q, 4), m4);
+				q = _mm512_mask_srli_epi16(q, 0xFFFF0000u, q, 4);
+				q = _mm512_and_si512(q, m4);
 				if (five) {
 					__mmask64 k = _mm512_test_epi8_mask(
 						qh[r], _mm512_slli_epi16(bit0, 2 * p));
 					q = _mm512_mask_add_epi8(q, k, q, _mm512_set1_epi8(16));
 				}
 				__m512i sc = _mm512_permutexvar_epi32(idx, scm[r]);
-				_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
-					ai[r][t] = _mm512_dpwssd_epi32(
-						ai[r][t], _mm512_dpbusd_epi32(zero_i(), q, xq[t]), sc);
+				MOE_UNROLL for (int t = 0; t < T; t++)
+					ai[r][t] = dot_scaled(ai[r][t], q, xq[t], sc);
 			}
 		}
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+		MOE_UNROLL for (int r = 0; r < R; r++) {
 			const uint8_t *b = w + r * ldw + i * bsz;
 			__m512 dm = k4_dm(b);
-			_Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+			MOE_UNROLL for (int t = 0; t < T; t++) {
 				const uint8_t *y = x + t * ldx + i * Q8K_SIZE;
 				__m512 dy = _mm512_set1_ps(ldf32(y + Q8K_D));
-				__m512 dys = _mm512_mask_sub_ps(dy, 0xFF00, _mm512_setzero_ps(), dy);
-				acc[r][t] = k4_finish(acc[r][t], ai[r][t], scm[r], q8k_group_sums(y),
-						      dm, dys);
+				__m512 dys = _mm512_mask_sub_ps(dy, 0xFF00, _mm512_setzero_ps(),
+								dy);
+				acc[r][t] = k4_finish(acc[r][t], ai[r][t], scm[r],
+						      q8k_group_sums(y), dm, dys);
 			}
 		}
 	}
@@ -499,6 +576,140 @@ INLINE void q5_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 MOE_GEMM(q4_k, 3, 4, 4)
 MOE_GEMM(q5_k, 2, 4, 4)
 
+/* Q2_K and Q3_K: 2-bit fields; element 128h + 32j + l (l < 32) is field j
+ * of qs[32h + l], so step c = 0..3 (64 elements, h = c / 2) takes fields
+ * 2(c % 2) and 2(c % 2) + 1 of qs[32h .. 32h+31], one per half of the lanes.
+ * Groups of 16 as Q6_K.  Q2_K: x = d * sc * q - dmin * m (the minimums
+ * through bsums); Q3_K: the third bit (bit 4h + j of hmask[l]) set adds 4,
+ * the codes run 0..7 and the -4 offset goes through bsums: x = d *
+ * (sc - 32) * (q - 4). */
+INLINE void k23_tile(const int three, const int R, const int T, int64_t n, const uint8_t *w,
+		     size_t ldw, const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const size_t bsz = three ? sizeof(moe_block_q3_k) : sizeof(moe_block_q2_k);
+	const size_t qs_off = three ? offsetof(moe_block_q3_k, qs) : offsetof(moe_block_q2_k, qs);
+	const __m512i lo16 = _mm512_set1_epi32(0xFFFF), m2 = _mm512_set1_epi8(3);
+	const __m512i idx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+	/* Per 16-bit lane shift counts: fields 0/1 (lower/upper 32 bytes). */
+	const __m512i sh01 = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(0),
+						     _mm512_set1_epi16(2));
+	const __m512i bit01 = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi8(1),
+						      _mm512_set1_epi8(2));
+	__m512 acc[4][6];
+	int64_t nb = n / MOE_QK_K;
+
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		MOE_UNROLL for (int t = 0; t < T; t++)
+			acc[r][t] = _mm512_setzero_ps();
+	for (int64_t i = 0; i < nb; i++) {
+		__m512i sc16[4], mn16[4], hm[4], ai[4][6];
+		__m512 dm[4];
+		MOE_UNROLL for (int r = 0; r < R; r++) {
+			const uint8_t *b = w + r * ldw + i * bsz;
+			prefetch_ahead(b, bsz);
+			if (three) {
+				/* 6-bit scales: low nibbles from bytes 0-7 (groups
+				 * 0-7) and their high nibbles (8-15); top bits from
+				 * byte 8 + g % 4 at bit 2 (g / 4). */
+				const moe_block_q3_k *q3 = (const void *)b;
+				uint64_t a;
+				uint32_t c;
+				memcpy(&a, q3->scales, 8);
+				memcpy(&c, q3->scales + 8, 4);
+				__m512i L = _mm512_cvtepu8_epi32(_mm_set1_epi64x((long long)a));
+				__m512i H = _mm512_cvtepu8_epi32(_mm_set1_epi32((int)c));
+				L = _mm512_and_si512(_mm512_srlv_epi32(L, _mm512_setr_epi32(
+					0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4)),
+						     _mm512_set1_epi32(15));
+				H = _mm512_and_si512(_mm512_srlv_epi32(H, _mm512_setr_epi32(
+					0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6)),
+						     _mm512_set1_epi32(3));
+				__m512i sc = _mm512_or_si512(L, _mm512_slli_epi32(H, 4));
+				sc = _mm512_sub_epi32(sc, _mm512_set1_epi32(32));
+				sc16[r] = _mm512_and_si512(sc, lo16);
+				/* -4 * scale against the bsums (sign-extended). */
+				__m512i m4s = _mm512_sub_epi32(zero_i(), _mm512_slli_epi32(sc, 2));
+				mn16[r] = _mm512_and_si512(m4s, lo16);
+				hm[r] = _mm512_broadcast_i64x4(
+					_mm256_loadu_si256((const void *)q3->hmask));
+				dm[r] = _mm512_set1_ps(h2f(b + offsetof(moe_block_q3_k, d)));
+			} else {
+				const moe_block_q2_k *q2 = (const void *)b;
+				__m512i v = _mm512_cvtepu8_epi32(
+					_mm_loadu_si128((const void *)q2->scales));
+				sc16[r] = _mm512_and_si512(v, _mm512_set1_epi32(15));
+				mn16[r] = _mm512_srli_epi32(v, 4);
+				dm[r] = _mm512_set1_ps(h2f(b + offsetof(moe_block_q2_k, d)));
+			}
+			MOE_UNROLL for (int t = 0; t < T; t++) {
+				const uint8_t *y = x + t * ldx + i * Q8K_SIZE;
+				__m512i bs = _mm512_cvtepi16_epi32(
+					_mm256_loadu_si256((const void *)(y + Q8K_BSUMS)));
+				/* Q3_K: the offset sum in the start value; Q2_K:
+				 * kept apart, it has its own scale dmin. */
+				ai[r][t] = three ? _mm512_dpwssd_epi32(zero_i(), mn16[r], bs)
+						 : zero_i();
+			}
+		}
+		MOE_UNROLL for (int c = 0; c < 4; c++) {
+			const int h = c / 2, j0 = 2 * (c % 2);
+			const __m512i idx = _mm512_add_epi32(idx0, _mm512_set1_epi32(4 * c));
+			__m512i xq[6];
+			MOE_UNROLL for (int t = 0; t < T; t++)
+				xq[t] = q8k_chunk(x + t * ldx, i, c);
+			MOE_UNROLL for (int r = 0; r < R; r++) {
+				const uint8_t *b = w + r * ldw + i * bsz;
+				__m512i q = _mm512_broadcast_i64x4(
+					_mm256_loadu_si256((const void *)(b + qs_off + 32 * h)));
+				__m512i cnt = _mm512_add_epi16(sh01, _mm512_set1_epi16(2 * j0));
+				q = _mm512_srlv_epi16(q, cnt);
+				q = _mm512_and_si512(q, m2);
+				if (three) {
+					__mmask64 k = _mm512_test_epi8_mask(
+						hm[r], _mm512_slli_epi16(bit01, 4 * h + j0));
+					q = _mm512_mask_add_epi8(q, k, q, _mm512_set1_epi8(4));
+				}
+				__m512i sc = _mm512_permutexvar_epi32(idx, sc16[r]);
+				MOE_UNROLL for (int t = 0; t < T; t++)
+					ai[r][t] = dot_scaled(ai[r][t], q, xq[t], sc);
+			}
+		}
+		MOE_UNROLL for (int r = 0; r < R; r++) {
+			const uint8_t *b = w + r * ldw + i * bsz;
+			MOE_UNROLL for (int t = 0; t < T; t++) {
+				const uint8_t *y = x + t * ldx + i * Q8K_SIZE;
+				__m512 dy = _mm512_set1_ps(ldf32(y + Q8K_D));
+				acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r][t]),
+							    _mm512_mul_ps(dm[r], dy), acc[r][t]);
+				if (!three) {
+					__m512i bs = _mm512_cvtepi16_epi32(
+						_mm256_loadu_si256((const void *)(y + Q8K_BSUMS)));
+					__m512i mi = _mm512_dpwssd_epi32(zero_i(), mn16[r], bs);
+					__m512 dmin = _mm512_set1_ps(
+						-h2f(b + offsetof(moe_block_q2_k, dmin)));
+					acc[r][t] = fma_scaled(acc[r][t], mi, dmin, dy);
+				}
+			}
+		}
+	}
+	STORE_TILE(R, T, acc, s, lds);
+}
+
+INLINE void q2_k_tile(const int R, const int T, int64_t n, const uint8_t *w, size_t ldw,
+		      const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	k23_tile(0, R, T, n, w, ldw, x, ldx, s, lds);
+}
+
+INLINE void q3_k_tile(const int R, const int T, int64_t n, const uint8_t *w, size_t ldw,
+		      const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	k23_tile(1, R, T, n, w, ldw, x, ldx, s, lds);
+}
+
+MOE_GEMM(q2_k, 2, 4, 4)
+MOE_GEMM(q3_k, 2, 4, 4)
+
 /* IQ4_XS: groups of 32 with 6-bit signed scales (ls - 32) over the IQ4_NL
  * code book.  Step p covers groups 2p and 2p+1, whose 16 code bytes each
  * sit at qs[32p] and qs[32p + 16]: the same lane order as the 32-element
@@ -516,54 +727,55 @@ INLINE void iq4_xs_tile(const int R, const int T, int64_t n, const uint8_t *w, s
 	__m512 acc[4][6];
 	int64_t nb = n / MOE_QK_K;
 
-	_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-		_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		MOE_UNROLL for (int t = 0; t < T; t++)
 			acc[r][t] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		__m512i ls[4], ai[4][6];
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+		MOE_UNROLL for (int r = 0; r < R; r++) {
 			const moe_block_iq4_xs *b = (const void *)(w + r * ldw + i * sizeof(*b));
 			uint32_t lo;
 			uint16_t hi;
 			prefetch_ahead((const uint8_t *)b, sizeof(*b));
 			memcpy(&lo, b->scales_l, 4);
 			memcpy(&hi, (const uint8_t *)b + offsetof(moe_block_iq4_xs, scales_h), 2);
-			__m256i nib = _mm256_and_si256(
-				_mm256_srlv_epi32(_mm256_set1_epi32((int)lo), sh_l), _mm256_set1_epi32(15));
-			__m256i top = _mm256_and_si256(
-				_mm256_srlv_epi32(_mm256_set1_epi32(hi), sh_h), _mm256_set1_epi32(3));
-			__m256i v = _mm256_sub_epi32(_mm256_or_si256(nib, _mm256_slli_epi32(top, 4)),
-						     _mm256_set1_epi32(32));
+			__m256i nib = _mm256_srlv_epi32(_mm256_set1_epi32((int)lo), sh_l);
+			__m256i top = _mm256_srlv_epi32(_mm256_set1_epi32(hi), sh_h);
+			nib = _mm256_and_si256(nib, _mm256_set1_epi32(15));
+			top = _mm256_and_si256(top, _mm256_set1_epi32(3));
+			__m256i v = _mm256_or_si256(nib, _mm256_slli_epi32(top, 4));
+			v = _mm256_sub_epi32(v, _mm256_set1_epi32(32));
 			ls[r] = _mm512_castsi256_si512(v);
-			_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+			MOE_UNROLL for (int t = 0; t < T; t++)
 				ai[r][t] = zero_i();
 		}
-		_Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
+		MOE_UNROLL for (int p = 0; p < 4; p++) {
 			const __m512i idx = _mm512_add_epi32(idx0, _mm512_set1_epi32(2 * p));
 			__m512i xq[6];
-			_Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
-				__m512i v = _mm512_loadu_si512(x + t * ldx + i * Q8K_SIZE + Q8K_QS +
-							       64 * p);
+			MOE_UNROLL for (int t = 0; t < T; t++) {
+				__m512i v = q8k_chunk(x + t * ldx, i, p);
 				v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
 				xq[t] = _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
 			}
-			_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
-				const moe_block_iq4_xs *b = (const void *)(w + r * ldw + i * sizeof(*b));
+			MOE_UNROLL for (int r = 0; r < R; r++) {
+				const moe_block_iq4_xs *b =
+					(const void *)(w + r * ldw + i * sizeof(*b));
 				__m512i q = _mm512_shuffle_epi8(
 					tb, nib_codes(b->qs + 32 * p, b->qs + 32 * p + 16, 1));
 				__m512i sum = _mm512_dpbusd_epi32(zero_i(), _mm512_set1_epi8(1), q);
 				__m512i wc = _mm512_sub_epi32(zero_i(), _mm512_slli_epi32(sum, 7));
 				__m512i sc = _mm512_permutexvar_epi32(idx, ls[r]);
-				_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
-					ai[r][t] = _mm512_add_epi32(
-						ai[r][t],
-						_mm512_mullo_epi32(_mm512_dpbusd_epi32(wc, xq[t], q), sc));
+				MOE_UNROLL for (int t = 0; t < T; t++) {
+					__m512i dp = _mm512_dpbusd_epi32(wc, xq[t], q);
+					ai[r][t] = _mm512_add_epi32(ai[r][t],
+								    _mm512_mullo_epi32(dp, sc));
+				}
 			}
 		}
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+		MOE_UNROLL for (int r = 0; r < R; r++) {
 			const uint8_t *b = w + r * ldw + i * sizeof(moe_block_iq4_xs);
 			float d = _cvtsh_ss(ld16(b));
-			_Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+			MOE_UNROLL for (int t = 0; t < T; t++) {
 				float dy = ldf32(x + t * ldx + i * Q8K_SIZE + Q8K_D);
 				acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r][t]),
 							    _mm512_set1_ps(d * dy), acc[r][t]);
@@ -594,14 +806,14 @@ INLINE void q6_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 	__m512 acc[4][6];
 	int64_t nb = n / MOE_QK_K;
 
-	_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-		_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		MOE_UNROLL for (int t = 0; t < T; t++)
 			acc[r][t] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		__m512i sc16[4], ai[4][6];
 		/* Scales as 16-bit values in the low half of each 32-bit lane
 		 * (high half zero, as vpdpwssd multiplies both halves). */
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+		MOE_UNROLL for (int r = 0; r < R; r++) {
 			const moe_block_q6_k *b = (const void *)(w + r * ldw + i * sizeof(*b));
 			prefetch_ahead((const uint8_t *)b, sizeof(*b));
 			__m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const void *)b->scales));
@@ -609,43 +821,43 @@ INLINE void q6_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 			__m512i m32 = _mm512_and_si512(_mm512_sub_epi32(zero_i(),
 									_mm512_slli_epi32(sc, 5)),
 						       lo16);
-			_Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+			MOE_UNROLL for (int t = 0; t < T; t++) {
 				const uint8_t *y = x + t * ldx + i * Q8K_SIZE;
 				__m512i bs = _mm512_cvtepi16_epi32(
 					_mm256_loadu_si256((const void *)(y + Q8K_BSUMS)));
 				ai[r][t] = _mm512_dpwssd_epi32(zero_i(), m32, bs);
 			}
 		}
-		_Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
+		MOE_UNROLL for (int c = 0; c < 4; c++) {
 			const int h = c / 2, odd = c % 2;
 			const __m512i idx = _mm512_add_epi32(idx0, _mm512_set1_epi32(4 * c));
 			__m512i xq[6];
-			_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
-				xq[t] = _mm512_loadu_si512(x + t * ldx + i * Q8K_SIZE + Q8K_QS + 64 * c);
-			_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
-				const moe_block_q6_k *b = (const void *)(w + r * ldw + i * sizeof(*b));
+			MOE_UNROLL for (int t = 0; t < T; t++)
+				xq[t] = q8k_chunk(x + t * ldx, i, c);
+			MOE_UNROLL for (int r = 0; r < R; r++) {
+				const moe_block_q6_k *b =
+					(const void *)(w + r * ldw + i * sizeof(*b));
 				__m512i L = _mm512_loadu_si512(b->ql + 64 * h);
 				__m512i H = _mm512_broadcast_i64x4(
 					_mm256_loadu_si256((const void *)(b->qh + 32 * h)));
 				__m512i q;
 				if (!odd)
-					q = _mm512_ternarylogic_epi32(L, _mm512_sllv_epi16(H, shl_even),
-								      m4, 0xE4);
+					q = _mm512_ternarylogic_epi32(
+						L, _mm512_sllv_epi16(H, shl_even), m4, 0xE4);
 				else
 					q = _mm512_ternarylogic_epi32(_mm512_srli_epi16(L, 4),
 								      _mm512_srlv_epi16(H, shr_odd),
 								      m4, 0xE4);
 				q = _mm512_and_si512(q, m6);
 				__m512i sc = _mm512_permutexvar_epi32(idx, sc16[r]);
-				_Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
-					ai[r][t] = _mm512_dpwssd_epi32(
-						ai[r][t], _mm512_dpbusd_epi32(zero_i(), q, xq[t]), sc);
+				MOE_UNROLL for (int t = 0; t < T; t++)
+					ai[r][t] = dot_scaled(ai[r][t], q, xq[t], sc);
 			}
 		}
-		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+		MOE_UNROLL for (int r = 0; r < R; r++) {
 			const moe_block_q6_k *b = (const void *)(w + r * ldw + i * sizeof(*b));
 			float d = _cvtsh_ss(ld16((const uint8_t *)&b->d));
-			_Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+			MOE_UNROLL for (int t = 0; t < T; t++) {
 				float dy = ldf32(x + t * ldx + i * Q8K_SIZE + Q8K_D);
 				acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r][t]),
 							    _mm512_set1_ps(d * dy), acc[r][t]);
@@ -671,23 +883,42 @@ INLINE __m512 round_away(__m512 v)
 	return _mm512_mask_add_ps(t, k, t, one);
 }
 
-/* As moe_q8_0_from_float: d = amax / 127, codes roundf(x / d). */
-static void quantize_row_q8_0(const float *x, void *y, int64_t n)
+/* As moe_q8_0_from_float / moe_q8_1_from_float: d = amax / 127, codes
+ * roundf(x / d); Q8_1 also stores s = d * sum(codes). */
+INLINE void quantize_q8(const int q1, const float *x, void *y, int64_t n)
 {
+	const size_t bs = q1 ? sizeof(moe_block_q8_1) : sizeof(moe_block_q8_0);
+	const size_t qs = q1 ? offsetof(moe_block_q8_1, qs) : offsetof(moe_block_q8_0, qs);
 	uint8_t *b = y;
-	for (int64_t i = 0; i < n / MOE_QK; i++, x += MOE_QK, b += sizeof(moe_block_q8_0)) {
+	for (int64_t i = 0; i < n / MOE_QK; i++, x += MOE_QK, b += bs) {
 		__m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-		float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+		__m512 am = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
+		float amax = _mm512_reduce_max_ps(am);
 		float d = amax / 127.0f;
 		float id = d != 0.0f ? 1.0f / d : 0.0f;
 		uint16_t h = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
 		__m512 vid = _mm512_set1_ps(id);
 		__m512i q0 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(v0, vid)));
-		__m512i q1 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(v1, vid)));
+		__m512i q1v = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(v1, vid)));
 		memcpy(b, &h, 2);
-		_mm_storeu_si128((void *)(b + 2), _mm512_cvtsepi32_epi8(q0));
-		_mm_storeu_si128((void *)(b + 18), _mm512_cvtsepi32_epi8(q1));
+		if (q1) {
+			int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1v));
+			uint16_t hs = _cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
+			memcpy(b + offsetof(moe_block_q8_1, s), &hs, 2);
+		}
+		_mm_storeu_si128((void *)(b + qs), _mm512_cvtsepi32_epi8(q0));
+		_mm_storeu_si128((void *)(b + qs + 16), _mm512_cvtsepi32_epi8(q1v));
 	}
+}
+
+static void quantize_row_q8_0(const float *x, void *y, int64_t n)
+{
+	quantize_q8(0, x, y, n);
+}
+
+static void quantize_row_q8_1(const float *x, void *y, int64_t n)
+{
+	quantize_q8(1, x, y, n);
 }
 
 /* As moe_q8_k_from_float: the first element of largest magnitude maps to
@@ -764,14 +995,19 @@ void moe_kernels_fill_avx512(moe_kernels *k)
 	SET(MOE_Q8_0, q8_0);
 	SET(MOE_Q4_0, q4_0);
 	SET(MOE_Q5_0, q5_0);
+	SET(MOE_Q4_1, q4_1);
+	SET(MOE_Q5_1, q5_1);
 	SET(MOE_IQ4_NL, iq4_nl);
 	SET(MOE_MXFP4, mxfp4);
 	SET(MOE_Q4_K, q4_k);
 	SET(MOE_Q5_K, q5_k);
 	SET(MOE_Q6_K, q6_k);
 	SET(MOE_IQ4_XS, iq4_xs);
+	SET(MOE_Q2_K, q2_k);
+	SET(MOE_Q3_K, q3_k);
 #undef SET
 	k->quantize_row[MOE_Q8_0] = quantize_row_q8_0;
+	k->quantize_row[MOE_Q8_1] = quantize_row_q8_1;
 	k->quantize_row[MOE_Q8_K] = quantize_row_q8_k;
 	k->to_float[MOE_F16] = f16_to_float;
 	k->to_float[MOE_BF16] = bf16_to_float;

@@ -101,7 +101,8 @@ static void moe_vec_dot_q4_0_q8_0_generic(int64_t n, float *s, const void *w, co
 	for (int64_t i = 0; i < n / MOE_QK; i++) {
 		int sum = 0;
 		for (int j = 0; j < MOE_QK / 2; j++)
-			sum += (b[i].qs[j] & 0x0F) * y[i].qs[j] + (b[i].qs[j] >> 4) * y[i].qs[j + 16];
+			sum += (b[i].qs[j] & 0x0F) * y[i].qs[j] +
+			       (b[i].qs[j] >> 4) * y[i].qs[j + 16];
 		sum -= 8 * q8_sum(y[i].qs);
 		acc += H2F(b[i].d) * H2F(y[i].d) * (float)sum;
 	}
@@ -120,7 +121,8 @@ static void moe_vec_dot_q4_1_q8_1_generic(int64_t n, float *s, const void *w, co
 	for (int64_t i = 0; i < n / MOE_QK; i++) {
 		int sum = 0;
 		for (int j = 0; j < MOE_QK / 2; j++)
-			sum += (b[i].qs[j] & 0x0F) * y[i].qs[j] + (b[i].qs[j] >> 4) * y[i].qs[j + 16];
+			sum += (b[i].qs[j] & 0x0F) * y[i].qs[j] +
+			       (b[i].qs[j] >> 4) * y[i].qs[j + 16];
 		float dy = H2F(y[i].d);
 		acc += H2F(b[i].d) * dy * (float)sum + H2F(b[i].m) * dy * (float)q8_sum(y[i].qs);
 	}
@@ -325,9 +327,9 @@ static void moe_vec_dot_q6_k_q8_k_generic(int64_t n, float *s, const void *w, co
 		for (int e = 0; e < MOE_QK_K; e += 16) {
 			int half = e / 128, k = (e % 128) / 32, l0 = e % 32, g = e / 16;
 			int sum = 0;
+			const uint8_t *ql = b[i].ql + 64 * half + 32 * (k % 2) + l0;
 			for (int l = 0; l < 16; l++) {
-				int lo = (b[i].ql[64 * half + 32 * (k % 2) + l0 + l] >> (4 * (k / 2))) &
-					 0x0F;
+				int lo = (ql[l] >> (4 * (k / 2))) & 0x0F;
 				int hi = (b[i].qh[32 * half + l0 + l] >> (2 * k)) & 3;
 				sum += (lo | hi << 4) * y[i].qs[e + l];
 			}

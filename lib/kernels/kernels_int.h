@@ -32,9 +32,4 @@ static inline void moe_k4_unpack_scales(const uint8_t *s, uint32_t out[4])
 	out[3] = ((c >> 4) & 0x0F0F0F0F) | ((b >> 2) & 0x30303030); /* m 4-7 */
 }
 
-static inline float moe_k_h2f(uint16_t h)
-{
-	return moe_f16_to_f32(h);
-}
-
 #endif

@@ -99,14 +99,16 @@ static void compute_range(const moe_kernels *k, int dtype, const uint8_t *W, siz
 				for (int64_t rr = 0; rr < nr; rr += 1 << 20) {
 					int64_t nrr = nr - rr < (1 << 20) ? nr - rr : (1 << 20);
 					gemm(cols, (int)nrr, (int)nt, w + (size_t)rr * wb, wb,
-					     x + (size_t)t * xs, xs, Y + t * ldy + r + rr, (size_t)ldy);
+					     x + (size_t)t * xs, xs, Y + t * ldy + r + rr,
+					     (size_t)ldy);
 				}
 			}
 			continue;
 		}
 		for (int64_t t = t0; t < t1; t++)
 			for (int64_t i = 0; i < nr; i++)
-				dot(cols, Y + t * ldy + r + i, w + (size_t)i * wb, x + (size_t)t * xs);
+				dot(cols, Y + t * ldy + r + i, w + (size_t)i * wb,
+				    x + (size_t)t * xs);
 	}
 }
 

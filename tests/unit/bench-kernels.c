@@ -59,7 +59,7 @@ static void random_blocks(int dt, uint8_t *p, size_t n)
 		{MOE_Q2_K, {80, 82}}, {MOE_Q3_K, {108, -1}}, {MOE_IQ4_XS, {0, -1}},
 	};
 	for (size_t i = 0; i < n; i++)
-		p[i] = (uint8_t)(frand() * 256);
+		p[i] = (uint8_t)((int)(frand() * 128.0f) & 0xFF);
 	for (size_t k = 0; k < sizeof(scales) / sizeof(scales[0]); k++) {
 		if (scales[k].type != dt)
 			continue;
@@ -132,8 +132,10 @@ int main(int argc, char **argv)
 	for (int64_t i = 0; i < cols * n_prefill; i++)
 		X[i] = frand();
 
-	printf("# %lldx%lld, %d threads, median of %d; decode streams copies totalling >= 256 MiB\n",
-	       (long long)rows, (long long)cols, threads, reps);
+	printf("# %lldx%lld, %d threads, %s of %d runs; decode streams copies totalling "
+	       ">= 256 MiB%s\n",
+	       (long long)rows, (long long)cols, threads, best ? "best" : "median", reps,
+	       hot ? " (not with -H)" : "");
 	printf("%-7s %-7s %10s %10s %10s %12s %12s\n", "type", "isa", "dec GB/s", "dec GFLOP",
 	       "dec us", "pp GFLOP/s", "pp tok/s");
 	for (int ti = 0; ti < n_types; ti++) {
@@ -175,8 +177,8 @@ int main(int argc, char **argv)
 			for (int r = 0; r < reps; r++) {
 				double t0 = moe_time_now();
 				for (int c = 0; c < copies; c++)
-					moe_matmul(k, pool, dt, W + c * mb, rows, cols, X, cols, 1, Y,
-						   rows, scratch);
+					moe_matmul(k, pool, dt, W + c * mb, rows, cols, X, cols, 1,
+						   Y, rows, scratch);
 				for (int c = 0; hot && c < 99; c++) /* repeat the hot copy */
 					moe_matmul(k, pool, dt, W, rows, cols, X, cols, 1, Y, rows,
 						   scratch);

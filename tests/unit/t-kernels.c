@@ -104,9 +104,15 @@ static void random_blocks(int dtype, void *dst, int64_t n)
 	for (int64_t i = 0; i < nb; i++) {
 		uint8_t *b = p + i * t->type_size;
 		switch (dtype) {
-		case MOE_Q4_0: SET16((moe_block_q4_0 *)b, d, rand_scale_f16(0.01f, 0.2f, true)); break;
-		case MOE_Q5_0: SET16((moe_block_q5_0 *)b, d, rand_scale_f16(0.01f, 0.1f, true)); break;
-		case MOE_Q8_0: SET16((moe_block_q8_0 *)b, d, rand_scale_f16(0.001f, 0.02f, true)); break;
+		case MOE_Q4_0:
+			SET16((moe_block_q4_0 *)b, d, rand_scale_f16(0.01f, 0.2f, true));
+			break;
+		case MOE_Q5_0:
+			SET16((moe_block_q5_0 *)b, d, rand_scale_f16(0.01f, 0.1f, true));
+			break;
+		case MOE_Q8_0:
+			SET16((moe_block_q8_0 *)b, d, rand_scale_f16(0.001f, 0.02f, true));
+			break;
 		case MOE_IQ4_NL:
 			SET16((moe_block_iq4_nl *)b, d, rand_scale_f16(0.001f, 0.02f, true));
 			break;
@@ -139,7 +145,9 @@ static void random_blocks(int dtype, void *dst, int64_t n)
 		case MOE_IQ4_XS:
 			SET16((moe_block_iq4_xs *)b, d, rand_scale_f16(0.0001f, 0.001f, true));
 			break;
-		case MOE_MXFP4: ((moe_block_mxfp4 *)b)->e = (uint8_t)(120 + rnd32() % 8); break;
+		case MOE_MXFP4:
+			((moe_block_mxfp4 *)b)->e = (uint8_t)(120 + rnd32() % 8);
+			break;
 		default: break;
 		}
 	}
@@ -210,146 +218,207 @@ static int n_tables;
 
 /* ------------------------------------------------------------ dot products */
 
-static void test_vec_dot(void)
+/* Failures and the worst relative error of one comparison. */
+typedef struct {
+	int fails, cases;
+	double worst;
+} tally;
+
+static void tally_add(tally *t, double got, double want, double scale, double tol,
+		      const char *what)
+{
+	t->cases++;
+	if (!close_enough(got, want, scale, tol)) {
+		if (t->fails++ < 5)
+			printf("# %s: %.9g, want %.9g (scale %g)\n", what, got, want, scale);
+	} else if (scale > 0 && fabs(got - want) / scale > t->worst) {
+		t->worst = fabs(got - want) / scale;
+	}
+}
+
+/* One row pair of type dt and length n: generic against the reference, each
+ * SIMD table against generic. */
+static void vec_dot_case(int dt, int64_t n, int mode, int kind, tally *ref, tally simd[3])
 {
 	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
+	void *w = malloc(nbytes(dt, n));
+	float *x = malloc((size_t)n * sizeof(float));
+	char what[128];
 
+	make_weights(dt, w, n, mode);
+	make_floats(x, n, kind);
+	void *xq = make_act(gen, dt, x, n);
+	double scale, want = ref_dot(dt, w, xq, n, &scale);
+	float got = NAN;
+	gen->vec_dot[dt](n, &got, w, xq);
+	snprintf(what, sizeof(what), "%s n=%lld mode %d kind %d generic", moe_type_name(dt),
+		 (long long)n, mode, kind);
+	tally_add(ref, got, want, scale, TOL_REF, what);
+	for (int k = 1; k < n_tables; k++) {
+		float s = NAN;
+		tables[k]->vec_dot[dt](n, &s, w, xq);
+		snprintf(what, sizeof(what), "%s n=%lld mode %d kind %d %s", moe_type_name(dt),
+			 (long long)n, mode, kind, moe_isa_name(tables[k]->isa));
+		tally_add(&simd[k], s, got, scale, TOL_SIMD, what);
+	}
+	free(w);
+	free(x);
+	free(xq);
+}
+
+static void test_vec_dot(void)
+{
 	for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
 		int dt = weight_types[ti];
 		const moe_type_traits *t = moe_type_get(dt);
-		int fails_ref = 0, fails_simd[3] = {0}, cases = 0;
-		double worst_ref = 0.0, worst_simd[3] = {0};
-
+		tally ref = {0}, simd[3] = {{0}};
 		/* One block, an odd number of blocks (SIMD steps take two),
 		 * and a long row; float types get lengths with SIMD tails. */
 		int64_t bs = t->block_size;
 		const int64_t sizes[3] = {bs == 1 ? 37 : bs, bs == 1 ? 1000 : 3 * bs, 1024};
-		for (int si = 0; si < 3; si++) {
-			int64_t n = sizes[si];
-			for (int mode = 0; mode < 2; mode++) {
-				for (int kind = 0; kind < 3; kind++) {
-					void *w = malloc(nbytes(dt, n));
-					float *x = malloc((size_t)n * sizeof(float));
-					make_weights(dt, w, n, mode);
-					make_floats(x, n, kind);
-					void *xq = make_act(gen, dt, x, n);
-					double scale, ref = ref_dot(dt, w, xq, n, &scale);
-					float got = NAN;
-					gen->vec_dot[dt](n, &got, w, xq);
-					cases++;
-					if (!close_enough(got, ref, scale, TOL_REF)) {
-						fails_ref++;
-						printf("# %s n=%lld mode %d kind %d: generic %.9g, "
-						       "reference %.9g (scale %g)\n",
-						       t->name, (long long)n, mode, kind, got, ref, scale);
-					} else if (scale > 0) {
-						double r = fabs(got - ref) / scale;
-						worst_ref = r > worst_ref ? r : worst_ref;
-					}
-					for (int k = 1; k < n_tables; k++) {
-						float simd = NAN;
-						tables[k]->vec_dot[dt](n, &simd, w, xq);
-						if (!close_enough(simd, got, scale, TOL_SIMD)) {
-							fails_simd[k]++;
-							printf("# %s %s n=%lld mode %d kind %d: %.9g, "
-							       "generic %.9g (scale %g)\n",
-							       moe_isa_name(tables[k]->isa), t->name,
-							       (long long)n, mode, kind, simd, got, scale);
-						} else if (scale > 0) {
-							double r = fabs(simd - got) / scale;
-							if (r > worst_simd[k])
-								worst_simd[k] = r;
-						}
-					}
-					free(w);
-					free(x);
-					free(xq);
-				}
-			}
-		}
-		ok(fails_ref == 0, "%s: generic vec_dot matches the reference (%d cases, worst %.2g)",
-		   t->name, cases, worst_ref);
+
+		for (int si = 0; si < 3; si++)
+			for (int mode = 0; mode < 2; mode++)
+				for (int kind = 0; kind < 3; kind++)
+					vec_dot_case(dt, sizes[si], mode, kind, &ref, simd);
+		ok(ref.fails == 0,
+		   "%s: generic vec_dot matches the reference (%d cases, worst %.2g)", t->name,
+		   ref.cases, ref.worst);
 		for (int k = 1; k < n_tables; k++)
-			ok(fails_simd[k] == 0, "%s: %s vec_dot matches generic (worst %.2g)",
-			   t->name, moe_isa_name(tables[k]->isa), worst_simd[k]);
+			ok(simd[k].fails == 0, "%s: %s vec_dot matches generic (worst %.2g)",
+			   t->name, moe_isa_name(tables[k]->isa), simd[k].worst);
 	}
 }
 
 /* The tiled kernels for every tile shape and remainder, with odd strides
  * and an odd number of blocks, against the generic vec_dot. */
-static void test_gemm(void)
+static void gemm_case(const moe_kernels *k, int dt)
 {
 	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
+	const moe_type_traits *t = moe_type_get(dt);
+	const int at = t->vec_dot_type, maxr = 11, maxt = 10;
+	const int64_t n = t->block_size == MOE_QK_K ? 512 : t->block_size == 1 ? 150 : 160;
+	/* Odd strides: weights may sit anywhere; float activations are floats. */
+	const size_t wb = nbytes(dt, n) + 7, xb = nbytes(at, n) + (at == MOE_F32 ? 4 : 3);
+	const size_t lds = maxr + 2;
+	uint8_t *w = malloc(wb * maxr), *xq = malloc(xb * maxt);
+	float *x = malloc((size_t)n * sizeof(float)), *s = malloc(sizeof(float) * lds * maxt);
+	float *want = malloc(sizeof(float) * maxr * maxt);
+	double *scale = malloc(sizeof(double) * maxr * maxt);
+	tally tl = {0};
+	int outside = 0;
 
-	for (int k = 0; k < n_tables; k++) {
-		for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
-			int dt = weight_types[ti];
-			moe_gemm_fn gemm = tables[k]->gemm[dt];
-			if (!gemm)
-				continue;
-			const moe_type_traits *t = moe_type_get(dt);
-			int at = t->vec_dot_type, fails = 0, cases = 0;
-			int64_t n = t->block_size == MOE_QK_K ? 512 : t->block_size == 1 ? 150 : 160;
-			/* Odd strides (weights may sit anywhere; float activations are floats). */
-			size_t wb = nbytes(dt, n) + 7, xb = nbytes(at, n) + (at == MOE_F32 ? 4 : 3);
-			const int maxr = 11, maxt = 10;
-			uint8_t *w = malloc(wb * maxr), *xq = malloc(xb * maxt);
-			float *x = malloc((size_t)n * sizeof(float));
-			const size_t lds = maxr + 2;
-			float *s = malloc(sizeof(float) * lds * maxt);
-
-			for (int r = 0; r < maxr; r++)
-				make_weights(dt, w + r * wb, n, r & 1);
+	for (int r = 0; r < maxr; r++)
+		make_weights(dt, w + r * wb, n, r & 1);
+	for (int i = 0; i < maxt; i++) {
+		make_floats(x, n, i == 3 ? 1 : 0);
+		void *q = make_act(gen, dt, x, n);
+		memcpy(xq + i * xb, q, nbytes(at, n));
+		free(q);
+		for (int r = 0; r < maxr; r++) {
+			gen->vec_dot[dt](n, &want[i * maxr + r], w + r * wb, xq + i * xb);
+			ref_dot(dt, w + r * wb, xq + i * xb, n, &scale[i * maxr + r]);
+		}
+	}
+	for (int nr = 0; nr <= maxr; nr++) {
+		for (int nt = 0; nt <= maxt; nt++) {
+			for (size_t i = 0; i < lds * maxt; i++)
+				s[i] = -12345.0f;
+			k->gemm[dt](n, nr, nt, w, wb, xq, xb, s, lds);
 			for (int i = 0; i < maxt; i++) {
-				make_floats(x, n, i == 3 ? 1 : 0);
-				void *q = make_act(gen, dt, x, n);
-				memcpy(xq + i * xb, q, nbytes(at, n));
-				free(q);
-			}
-			for (int nr = 0; nr <= maxr; nr++) {
-				for (int nt = 0; nt <= maxt; nt++) {
-					for (size_t i = 0; i < lds * maxt; i++)
-						s[i] = -12345.0f;
-					gemm(n, nr, nt, w, wb, xq, xb, s, lds);
-					for (int tt = 0; tt < maxt; tt++) {
-						for (size_t r = 0; r < lds; r++) {
-							float got = s[tt * lds + r];
-							bool inside = tt < nt && (int)r < nr;
-							cases++;
-							if (!inside) {
-								fails += got != -12345.0f;
-								continue;
-							}
-							float want;
-							double scale;
-							gen->vec_dot[dt](n, &want, w + r * wb,
-									 xq + tt * xb);
-							ref_dot(dt, w + r * wb, xq + tt * xb, n, &scale);
-							if (!close_enough(got, want, scale, TOL_SIMD)) {
-								if (fails < 5)
-									printf("# %s %s nr=%d nt=%d "
-									       "r=%zu t=%d: %.9g, "
-									       "vec_dot %.9g\n",
-									       moe_isa_name(tables[k]->isa),
-									       t->name, nr, nt, r, tt,
-									       got, want);
-								fails++;
-							}
-						}
+				for (int r = 0; r < (int)lds; r++) {
+					float got = s[i * lds + r];
+					if (i >= nt || r >= nr) {
+						outside += got != -12345.0f;
+						continue;
 					}
+					char what[96];
+					snprintf(what, sizeof(what), "%s %s nr=%d nt=%d r=%d t=%d",
+						 moe_isa_name(k->isa), t->name, nr, nt, r, i);
+					tally_add(&tl, got, want[i * maxr + r], scale[i * maxr + r],
+						  TOL_SIMD, what);
 				}
 			}
-			ok(fails == 0, "%s: %s gemm matches generic vec_dot for every tile shape (%d values)",
-			   t->name, moe_isa_name(tables[k]->isa), cases);
-			free(w);
-			free(xq);
-			free(x);
-			free(s);
+		}
+	}
+	ok(tl.fails == 0 && outside == 0,
+	   "%s: %s gemm matches generic vec_dot for every tile shape (%d values, worst %.2g, "
+	   "%d written outside)",
+	   t->name, moe_isa_name(k->isa), tl.cases, tl.worst, outside);
+	free(w);
+	free(xq);
+	free(x);
+	free(s);
+	free(want);
+	free(scale);
+}
+
+static void test_gemm(void)
+{
+	for (int k = 0; k < n_tables; k++)
+		for (int ti = 0; ti < N_WEIGHT_TYPES; ti++)
+			if (tables[k]->gemm[weight_types[ti]])
+				gemm_case(tables[k], weight_types[ti]);
+}
+
+/* ---------------------------------------------------------------- quantisers */
+
+typedef struct {
+	int scale, code, off_by_one, sum;
+} qdiff;
+
+/* Q8_K blocks a (generic) and b (SIMD): the f32 scale, the codes, and b's
+ * bsums against b's own codes. */
+static void cmp_q8_k(const uint8_t *a, const uint8_t *b, int64_t n, qdiff *q)
+{
+	const moe_block_q8_k *ba = (const void *)a, *bb = (const void *)b;
+	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
+		q->scale += fabsf(ba[i].d - bb[i].d) > 1e-6f * fabsf(ba[i].d);
+		for (int j = 0; j < MOE_QK_K; j++) {
+			int dlt = abs(ba[i].qs[j] - bb[i].qs[j]);
+			q->code += dlt > 1;
+			q->off_by_one += dlt == 1;
+		}
+		for (int g = 0; g < 16; g++) {
+			int sum = 0;
+			for (int j = 0; j < 16; j++)
+				sum += bb[i].qs[16 * g + j];
+			q->sum += sum != bb[i].bsums[g];
 		}
 	}
 }
 
-/* ---------------------------------------------------------------- quantisers */
+/* Q8_0 / Q8_1 blocks: the f16 scale bit for bit, the codes, and Q8_1's
+ * s = f16(d * sum): the same bits as generic when the codes agree, else
+ * within the two f16 roundings of d * sum. */
+static void cmp_q8_01(int at, const uint8_t *a, const uint8_t *b, int64_t n, qdiff *q)
+{
+	size_t bs = at == MOE_Q8_0 ? sizeof(moe_block_q8_0) : sizeof(moe_block_q8_1);
+	size_t qoff = at == MOE_Q8_0 ? offsetof(moe_block_q8_0, qs) : offsetof(moe_block_q8_1, qs);
+	for (int64_t i = 0; i < n / MOE_QK; i++) {
+		const uint8_t *pa = a + i * bs, *pb = b + i * bs;
+		int sum = 0, same = 1;
+		q->scale += memcmp(pa, pb, 2) != 0;
+		for (int j = 0; j < MOE_QK; j++) {
+			int dlt = abs((int8_t)pa[qoff + j] - (int8_t)pb[qoff + j]);
+			q->code += dlt > 1;
+			q->off_by_one += dlt == 1;
+			same &= dlt == 0;
+			sum += (int8_t)pb[qoff + j];
+		}
+		if (at != MOE_Q8_1)
+			continue;
+		if (same) {
+			q->sum += memcmp(pa + 2, pb + 2, 2) != 0;
+		} else {
+			uint16_t d, hs;
+			memcpy(&d, pb, 2);
+			memcpy(&hs, pb + 2, 2);
+			float want = sum * moe_f16_to_f32(d), got = moe_f16_to_f32(hs);
+			q->sum += fabsf(got - want) > 2e-3f * fabsf(want) + 1e-7f;
+		}
+	}
+}
 
 static void test_quantizers(void)
 {
@@ -366,7 +435,7 @@ static void test_quantizers(void)
 				continue;
 			size_t nb = nbytes(at, n);
 			uint8_t *a = malloc(nb), *b = malloc(nb);
-			int bad_scale = 0, bad_code = 0, off_by_one = 0, bad_sum = 0;
+			qdiff d = {0};
 			for (int kind = 0; kind < 4; kind++) {
 				make_floats(x, n, kind == 3 ? 0 : kind);
 				if (kind == 3) /* a zero block among large ones */
@@ -374,57 +443,16 @@ static void test_quantizers(void)
 				gen->quantize_row[at](x, a, n);
 				memset(b, 0x55, nb);
 				q(x, b, n);
-				if (at == MOE_Q8_K) {
-					const moe_block_q8_k *ba = (void *)a, *bb = (void *)b;
-					for (int i = 0; i < n / MOE_QK_K; i++) {
-						if (fabsf(ba[i].d - bb[i].d) > 1e-6f * fabsf(ba[i].d))
-							bad_scale++;
-						for (int j = 0; j < MOE_QK_K; j++) {
-							int dlt = abs(ba[i].qs[j] - bb[i].qs[j]);
-							bad_code += dlt > 1;
-							off_by_one += dlt == 1;
-						}
-						for (int g = 0; g < 16; g++) {
-							int s = 0;
-							for (int j = 0; j < 16; j++)
-								s += bb[i].qs[16 * g + j];
-							bad_sum += s != bb[i].bsums[g];
-						}
-					}
-				} else {
-					size_t bs = at == MOE_Q8_0 ? sizeof(moe_block_q8_0)
-								   : sizeof(moe_block_q8_1);
-					size_t qoff = at == MOE_Q8_0 ? offsetof(moe_block_q8_0, qs)
-								     : offsetof(moe_block_q8_1, qs);
-					for (int i = 0; i < n / MOE_QK; i++) {
-						const uint8_t *pa = a + i * bs, *pb = b + i * bs;
-						bad_scale += memcmp(pa, pb, 2) != 0;
-						int sum = 0;
-						for (int j = 0; j < MOE_QK; j++) {
-							int8_t ca = (int8_t)pa[qoff + j];
-							int8_t cb = (int8_t)pb[qoff + j];
-							int dlt = abs(ca - cb);
-							bad_code += dlt > 1;
-							off_by_one += dlt == 1;
-							sum += cb;
-						}
-						if (at == MOE_Q8_1) {
-							uint16_t d, s;
-							memcpy(&d, pb, 2);
-							memcpy(&s, pb + 2, 2);
-							float want = sum * moe_f16_to_f32(d);
-							float got = moe_f16_to_f32(s);
-							bad_sum += fabsf(got - want) >
-								   1e-3f * fabsf(want) + 1e-7f;
-						}
-					}
-				}
+				if (at == MOE_Q8_K)
+					cmp_q8_k(a, b, n, &d);
+				else
+					cmp_q8_01(at, a, b, n, &d);
 			}
-			ok(bad_scale == 0 && bad_code == 0 && bad_sum == 0,
+			ok(d.scale == 0 && d.code == 0 && d.sum == 0,
 			   "%s: %s quantiser matches generic (scales %d, codes off by >1 %d, "
 			   "sums %d; %d codes off by 1)",
-			   moe_type_name(at), moe_isa_name(tables[k]->isa), bad_scale, bad_code,
-			   bad_sum, off_by_one);
+			   moe_type_name(at), moe_isa_name(tables[k]->isa), d.scale, d.code, d.sum,
+			   d.off_by_one);
 			free(a);
 			free(b);
 		}
@@ -447,12 +475,14 @@ static void test_to_float(void)
 				continue;
 			int bad = 0;
 			if (!tables[k]->to_float[dt]) {
-				ok(0, "%s: %s has a to_float", t->name, moe_isa_name(tables[k]->isa));
+				ok(0, "%s: %s has a to_float", t->name,
+				   moe_isa_name(tables[k]->isa));
 				continue;
 			}
 			for (int li = 0; li < 5; li++) {
 				int64_t n = lens[li];
-				float *f = malloc(n * sizeof(float)), *a = malloc(n * sizeof(float));
+				float *f = malloc(n * sizeof(float));
+				float *a = malloc(n * sizeof(float));
 				float *b = malloc((n + 1) * sizeof(float));
 				void *enc = malloc(nbytes(dt, n));
 				for (int64_t i = 0; i < n; i++)
@@ -475,94 +505,91 @@ static void test_to_float(void)
 
 /* ------------------------------------------------------------------ matmul */
 
+/* One weight type through one table: every token count, pool and row
+ * count, with strided X and Y (Y's padding must stay untouched). */
+static void matmul_case(const moe_kernels *k, int dt, moe_pool *pools[3], const int threads[3])
+{
+	static const int tokens[] = {1, 3, 17}, row_counts[] = {37, 5};
+	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
+	const moe_type_traits *t = moe_type_get(dt);
+	const int64_t cols = 512, ldx = cols + 5;
+	const int max_rows = 37, max_tok = 17, ldy = max_rows + 3;
+	size_t wb = nbytes(dt, cols), sb = moe_matmul_scratch(dt, cols, max_tok);
+	uint8_t *W = malloc(wb * max_rows);
+	float *X = malloc(sizeof(float) * ldx * max_tok);
+	float *Y = malloc(sizeof(float) * ldy * max_tok);
+	float *want = malloc(sizeof(float) * max_rows * max_tok);
+	double *scale = malloc(sizeof(double) * max_rows * max_tok);
+	void *scratch = malloc(sb ? sb : 1);
+	tally tl = {0};
+	int outside = 0, runs = 0;
+
+	for (int r = 0; r < max_rows; r++)
+		make_weights(dt, W + r * wb, cols, r % 3 == 0);
+	for (int i = 0; i < max_tok; i++) {
+		make_floats(X + i * ldx, cols, i == 2 ? 1 : 0);
+		void *xq = make_act(gen, dt, X + i * ldx, cols);
+		for (int r = 0; r < max_rows; r++) {
+			gen->vec_dot[dt](cols, &want[i * max_rows + r], W + r * wb, xq);
+			ref_dot(dt, W + r * wb, xq, cols, &scale[i * max_rows + r]);
+		}
+		free(xq);
+	}
+	for (int nti = 0; nti < 3; nti++) {
+		for (int thi = 0; thi < 3; thi++) {
+			for (int ri = 0; ri < 2; ri++) {
+				int nt = tokens[nti], rows = row_counts[ri];
+				for (size_t i = 0; i < (size_t)ldy * max_tok; i++)
+					Y[i] = -777.0f;
+				moe_matmul(k, pools[thi], dt, W, rows, cols, X, ldx, nt, Y, ldy,
+					   scratch);
+				runs++;
+				for (int i = 0; i < max_tok; i++) {
+					for (int r = 0; r < ldy; r++) {
+						float got = Y[i * ldy + r];
+						if (i >= nt || r >= rows) {
+							outside += got != -777.0f;
+							continue;
+						}
+						char what[96];
+						snprintf(what, sizeof(what),
+							 "%s %s t=%d r=%d (%d tok, %d thr, "
+							 "%d rows)",
+							 moe_isa_name(k->isa), t->name, i, r, nt,
+							 threads[thi], rows);
+						tally_add(&tl, got, want[i * max_rows + r],
+							  scale[i * max_rows + r], TOL_SIMD, what);
+					}
+				}
+			}
+		}
+	}
+	ok(tl.fails == 0 && outside == 0,
+	   "%s: %s moe_matmul matches the plain loop (%d runs, act %s, %d written outside)",
+	   t->name, moe_isa_name(k->isa), runs, moe_type_name(t->vec_dot_type), outside);
+	free(W);
+	free(X);
+	free(Y);
+	free(want);
+	free(scale);
+	free(scratch);
+}
+
 static void test_matmul(void)
 {
-	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
-	static const int tokens[] = {1, 3, 17};
 	static const int threads[] = {1, 2, 3};
-	static const int row_counts[] = {37, 5};
 	moe_pool *pools[3] = {NULL};
 	moe_error e;
 
-	for (int i = 1; i < 3; i++)
+	for (int i = 1; i < 3; i++) {
 		if (moe_pool_create(&pools[i], threads[i], &e) < 0) {
 			ok(0, "create a pool of %d threads: %s", threads[i], e.msg);
 			return;
 		}
-
-	for (int k = 0; k < n_tables; k++) {
-		for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
-			int dt = weight_types[ti];
-			const moe_type_traits *t = moe_type_get(dt);
-			int at = t->vec_dot_type, fails = 0, runs = 0;
-			const int64_t cols = 512, ldx = cols + 5;
-			const int max_rows = 37, max_tok = 17, ldy = max_rows + 3;
-			size_t wb = nbytes(dt, cols);
-			uint8_t *W = malloc(wb * max_rows);
-			float *X = malloc(sizeof(float) * ldx * max_tok);
-			float *Y = malloc(sizeof(float) * ldy * max_tok);
-			float *want = malloc(sizeof(float) * max_rows * max_tok);
-			double *scale = malloc(sizeof(double) * max_rows * max_tok);
-			size_t sb = moe_matmul_scratch(dt, cols, max_tok);
-			void *scratch = malloc(sb ? sb : 1);
-
-			for (int r = 0; r < max_rows; r++)
-				make_weights(dt, W + r * wb, cols, r % 3 == 0);
-			for (int i = 0; i < max_tok; i++)
-				make_floats(X + i * ldx, cols, i == 2 ? 1 : 0);
-			for (int i = 0; i < max_tok; i++) {
-				void *xq = make_act(gen, dt, X + i * ldx, cols);
-				for (int r = 0; r < max_rows; r++) {
-					gen->vec_dot[dt](cols, &want[i * max_rows + r], W + r * wb, xq);
-					ref_dot(dt, W + r * wb, xq, cols, &scale[i * max_rows + r]);
-				}
-				free(xq);
-			}
-			for (int nti = 0; nti < 3; nti++) {
-				for (int thi = 0; thi < 3; thi++) {
-					for (int ri = 0; ri < 2; ri++) {
-						int nt = tokens[nti], rows = row_counts[ri];
-						for (size_t i = 0; i < (size_t)ldy * max_tok; i++)
-							Y[i] = -777.0f;
-						moe_matmul(tables[k], pools[thi], dt, W, rows, cols, X,
-							   ldx, nt, Y, ldy, scratch);
-						runs++;
-						for (int i = 0; i < max_tok; i++) {
-							for (int r = 0; r < ldy; r++) {
-								float got = Y[i * ldy + r];
-								if (i >= nt || r >= rows) {
-									fails += got != -777.0f;
-									continue;
-								}
-								double w = want[i * max_rows + r];
-								double sc = scale[i * max_rows + r];
-								if (!close_enough(got, w, sc, TOL_SIMD)) {
-									if (fails < 3)
-										printf("# %s %s t=%d r=%d "
-										       "(%d tok, %d thr, "
-										       "%d rows): %.9g, want "
-										       "%.9g\n",
-										       moe_isa_name(tables[k]->isa),
-										       t->name, i, r, nt,
-										       threads[thi], rows, got,
-										       w);
-									fails++;
-								}
-							}
-						}
-					}
-				}
-			}
-			ok(fails == 0, "%s: %s moe_matmul matches the plain loop (%d runs, act %s)",
-			   t->name, moe_isa_name(tables[k]->isa), runs, moe_type_name(at));
-			free(W);
-			free(X);
-			free(Y);
-			free(want);
-			free(scale);
-			free(scratch);
-		}
 	}
+	for (int k = 0; k < n_tables; k++)
+		for (int ti = 0; ti < N_WEIGHT_TYPES; ti++)
+			matmul_case(tables[k], weight_types[ti], pools, threads);
 	for (int i = 1; i < 3; i++)
 		moe_pool_free(pools[i]);
 }
@@ -583,7 +610,8 @@ static void test_dispatch(void)
 	for (int i = 0; i < 3; i++) {
 		const moe_kernels *t = moe_kernels_for((moe_isa)i);
 		if (t)
-			is_int(t->isa, i, "moe_kernels_for(%s) has that isa", moe_isa_name((moe_isa)i));
+			is_int(t->isa, i, "moe_kernels_for(%s) has that isa",
+			       moe_isa_name((moe_isa)i));
 	}
 	ok(moe_kernels_for((moe_isa)7) == NULL, "unknown isa level gives NULL");
 
@@ -631,7 +659,8 @@ static void test_golden(void)
 		float s = 0;
 		tables[k]->quantize_row[MOE_Q8_0](x, xq, 64);
 		tables[k]->vec_dot[MOE_Q8_0](64, &s, w, xq);
-		is_near(s, 62.0, 1e-6, "%s: hand-computed q8_0 product", moe_isa_name(tables[k]->isa));
+		is_near(s, 62.0, 1e-6, "%s: hand-computed q8_0 product",
+			moe_isa_name(tables[k]->isa));
 	}
 }
 
