@@ -2,7 +2,10 @@
  * (--chat), a JSONL batch (--jsonl), or the tokenizer modes (--tokenize,
  * --detokenize, --render-chat, which also work on vocabulary-only files).
  * main() parses options into a run_opts, opens the model and hands it to the
- * mode's function; the work itself is in libmoecore (generate.h, text.h). */
+ * mode's function; the work itself is in libmoecore (generate.h, text.h).
+ * Without -m the model is $MOE_MODEL, else the demo model installed with the
+ * tools (MOE_PKGDATADIR), else the one in the source tree the tools were built
+ * from (MOE_SRC_SHAREDIR), so an uninstalled build runs out of the box. */
 #include "cli.h"
 #include "generate.h"
 #include "model.h"
@@ -63,15 +66,45 @@ typedef struct run_model {
 
 #define INPUT_MAX ((size_t)1 << 30)
 
+/* Where the demo model is installed (tools/moe-run.mk sets it from
+ * $(pkgdatadir)), and the source tree's share/ (uninstalled builds). */
+#ifndef MOE_PKGDATADIR
+#define MOE_PKGDATADIR "/usr/local/share/moe"
+#endif
+#define DEMO_MODEL "moe-demo.uth"
+
+/* The model used without -m, or NULL if there is none: $MOE_MODEL, else
+ * the installed demo model, else the source tree's. */
+static const char *default_model(void)
+{
+	static char path[PATH_MAX];
+	const char *env = getenv("MOE_MODEL");
+	if (env && *env)
+		return env;
+	const char *dirs[] = {
+		MOE_PKGDATADIR,
+#ifdef MOE_SRC_SHAREDIR
+		MOE_SRC_SHAREDIR,
+#endif
+	};
+	for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+		int n = snprintf(path, sizeof path, "%s/%s", dirs[i], DEMO_MODEL);
+		if (n > 0 && (size_t)n < sizeof path && access(path, R_OK) == 0)
+			return path;
+	}
+	return NULL;
+}
+
 static void help(void)
 {
-	printf("Usage: %s -m MODEL [OPTION]... [-p PROMPT | -f FILE]   (generate text)\n"
-	       "  or:  %s -m MODEL --chat [OPTION]...\n"
-	       "  or:  %s -m MODEL --jsonl [OPTION]... < requests.jsonl > results.jsonl\n"
-	       "  or:  %s -m MODEL --tokenize | --detokenize | --render-chat [OPTION]...\n"
+	printf("Usage: %s [-m MODEL] [OPTION]... [-p PROMPT | -f FILE]   (generate text)\n"
+	       "  or:  %s [-m MODEL] --chat [OPTION]...\n"
+	       "  or:  %s [-m MODEL] --jsonl [OPTION]... < requests.jsonl > results.jsonl\n"
+	       "  or:  %s [-m MODEL] --tokenize | --detokenize | --render-chat [OPTION]...\n"
 	       "Run a model in the UTH format (see moe-convert(1)).  The prompt comes from -p,\n"
 	       "-f or standard input; only the generated text is written to standard output,\n"
-	       "as it is produced.\n"
+	       "as it is produced.  Without -m: $MOE_MODEL, else the demo model\n"
+	       "(%s).\n"
 	       "\n"
 	       "Modes:\n"
 	       "  -i, --chat            interactive chat: one user message per input line; the\n"
@@ -85,7 +118,7 @@ static void help(void)
 	       "                        print the prompt the model would see\n"
 	       "\n"
 	       "Generation:\n"
-	       "  -m, --model=FILE      the model (.uth)\n"
+	       "  -m, --model=FILE      the model (.uth; default: see above)\n"
 	       "  -p, --prompt=TEXT     the prompt\n"
 	       "  -f, --file=FILE       read the prompt from FILE ('-' for standard input)\n"
 	       "  -n, --n-predict=N     tokens to generate (default -1: until end of text or a\n"
@@ -94,7 +127,7 @@ static void help(void)
 	       "  -c, --ctx-size=N      context length in tokens (default: the model's, at most\n"
 	       "                        4096)\n"
 	       "  -b, --batch-size=N    prompt tokens per forward batch (default 256)\n"
-	       "      --kv-type=TYPE    KV cache type: f16 (default), q8_0 or f32\n"
+	       "      --kv-type=TYPE    KV cache type: f16 (default) or q8_0\n"
 	       "      --temp=T          temperature (default 0.8; 0 = greedy)\n"
 	       "      --top-k=N         keep the N most likely tokens (default 40; 0 = off)\n"
 	       "      --top-p=P         nucleus sampling (default 0.95; 1 = off)\n"
@@ -123,7 +156,8 @@ static void help(void)
 	       "\n"
 	       "Exit status: 0 success, 1 failure, 2 usage error.\n"
 	       "See moe-run(1).\n",
-	       cli_prog(), cli_prog(), cli_prog(), cli_prog(), moe_chat_template_names());
+	       cli_prog(), cli_prog(), cli_prog(), cli_prog(), MOE_PKGDATADIR "/" DEMO_MODEL,
+	       moe_chat_template_names());
 }
 
 static void parse_args(int argc, char **argv, run_opts *o)
@@ -190,8 +224,8 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		case 'b': o->n_batch = (int)cli_parse_long("-b", optarg, 1, 1 << 16); break;
 		case OPT_KV_TYPE:
 			o->kv_type = moe_type_from_name(optarg);
-			if (o->kv_type != MOE_F16 && o->kv_type != MOE_Q8_0 && o->kv_type != MOE_F32)
-				usage_error("--kv-type must be f16, q8_0 or f32, not '%s'", optarg);
+			if (o->kv_type != MOE_F16 && o->kv_type != MOE_Q8_0)
+				usage_error("--kv-type must be f16 or q8_0, not '%s'", optarg);
 			break;
 		case OPT_TEMP: o->sp.temp = cli_parse_float("--temp", optarg, 0, 100); break;
 		case OPT_TOP_K: o->sp.top_k = (int)cli_parse_long("--top-k", optarg, 0, 1 << 30); break;
@@ -255,7 +289,9 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		o->mode = MODE_GENERATE;
 	bool gen = o->mode == MODE_GENERATE || o->mode == MODE_CHAT || o->mode == MODE_JSONL;
 	if (!o->model)
-		usage_error("no model given (-m FILE)");
+		o->model = default_model();
+	if (!o->model)
+		usage_error("no model given (-m FILE) and no demo model in %s", MOE_PKGDATADIR);
 	if (o->prompt && o->file)
 		usage_error("-p and -f both give the input; use one");
 	if (o->show_pieces && o->mode != MODE_TOKENIZE)

@@ -3,6 +3,10 @@
 bin_PROGRAMS += tools/moe-run
 tools_moe_run_SOURCES = tools/moe-run.c tools/cli.c
 tools_moe_run_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+# Without -m, moe-run looks for the demo model where `make install` puts it
+# (share/local.mk), then in this source tree's share/ (uninstalled builds).
+tools_moe_run_CPPFLAGS = $(AM_CPPFLAGS) -DMOE_PKGDATADIR='"$(pkgdatadir)"' \
+	-DMOE_SRC_SHAREDIR='"$(abs_top_srcdir)/share"'
 tools_moe_run_LDADD = $(MOE_LIBS)
 dist_man_MANS += man/moe-run.1
 TESTS += tests/cli/t0300-tokenize.sh tests/cli/t0310-detokenize.sh \

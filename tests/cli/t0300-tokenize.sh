@@ -56,7 +56,8 @@ printf 'a\377b' > "$T/bad"
 check "invalid UTF-8 does not fail" -- $RUN -m "$G" --tokenize -f "$T/bad"
 
 # Errors: usage (2) and failures (1).
-$RUN --tokenize -p x >/dev/null 2>&1; is $? 2 "no model: exit 2"
+# (without -m moe-run takes $MOE_MODEL, else the demo model: t0600-demo-model.sh)
+MOE_MODEL="$T/none.uth" $RUN --tokenize -p x >/dev/null 2>&1; is $? 1 "\$MOE_MODEL naming no file: exit 1"
 $RUN -m "$L" -p x >/dev/null 2>"$T/err"; is $? 1 "no mode means generation: a vocabulary-only file fails"
 grep -q "vocabulary-only" "$T/err"; ok $? "... saying the file has only a vocabulary"
 $RUN -m "$L" --tokenize -p x -f "$T/bad" >/dev/null 2>&1; is $? 2 "-p and -f together: exit 2"
