@@ -462,65 +462,23 @@ typedef struct bq {
 	uint32_t size; /* bytes of left + right when queued */
 } bq;
 
+static bool bq_before(const bq *a, const bq *b)
+{
+	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+MOE_DEFINE_HEAP(bq_heap, bq, bq_before)
+
 /* Per-call scratch, reused across the words of one call. */
 typedef struct bpe_work {
 	span *pieces, *next;
 	size_t n_pieces, cap_pieces, n_next, cap_next;
 	bsym *sym;
 	size_t cap_sym;
-	bq *heap;
-	size_t n_heap, cap_heap;
+	bq_heap heap;
 	moe_sbuf enc;
 	pcre2_match_data *md;
 } bpe_work;
-
-static bool bq_before(const bq *a, const bq *b)
-{
-	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int heap_push(bpe_work *w, bq x)
-{
-	if (w->n_heap == w->cap_heap) {
-		size_t cap = w->cap_heap ? w->cap_heap * 2 : 64;
-		bq *h = realloc(w->heap, cap * sizeof *h);
-		if (!h)
-			return MOE_ENOMEM;
-		w->heap = h;
-		w->cap_heap = cap;
-	}
-	size_t i = w->n_heap++;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (!bq_before(&x, &w->heap[p]))
-			break;
-		w->heap[i] = w->heap[p];
-		i = p;
-	}
-	w->heap[i] = x;
-	return 0;
-}
-
-static bq heap_pop(bpe_work *w)
-{
-	bq top = w->heap[0];
-	bq x = w->heap[--w->n_heap];
-	size_t i = 0, n = w->n_heap;
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && bq_before(&w->heap[c + 1], &w->heap[c]))
-			c++;
-		if (!bq_before(&w->heap[c], &x))
-			break;
-		w->heap[i] = w->heap[c];
-		i = c;
-	}
-	if (n)
-		w->heap[i] = x;
-	return top;
-}
 
 static int add_pair(const moe_tokenizer *t, bpe_work *w, int32_t l, int32_t r)
 {
@@ -532,7 +490,7 @@ static int add_pair(const moe_tokenizer *t, bpe_work *w, int32_t l, int32_t r)
 	const moe_bpe_pair *p = pair_find(t, a->ent, b->ent);
 	if (!p)
 		return 0;
-	return heap_push(w, (bq){p->rank, l, r, a->n + b->n});
+	return bq_heap_push(&w->heap, (bq){p->rank, l, r, a->n + b->n});
 }
 
 static int push_span(span **v, size_t *n, size_t *cap, uint32_t off, uint32_t len)
@@ -657,12 +615,12 @@ static int encode_word(const moe_tokenizer *t, bpe_work *w, const unsigned char 
 		w->sym[i] = (bsym){en < 0 ? UINT32_MAX : (uint32_t)en, 1, (int32_t)i - 1,
 				   i + 1 < n ? (int32_t)i + 1 : -1};
 	}
-	w->n_heap = 0;
+	w->heap.n = 0;
 	for (size_t i = 1; i < n; i++)
 		if (add_pair(t, w, (int32_t)i - 1, (int32_t)i) < 0)
 			return MOE_ENOMEM;
-	while (w->n_heap) {
-		bq q = heap_pop(w);
+	while (w->heap.n) {
+		bq q = bq_heap_pop(&w->heap);
 		bsym *l = &w->sym[q.left], *r = &w->sym[q.right];
 		/* Stale if either side was merged away or grew since. */
 		if (l->n == 0 || r->n == 0 || l->n + r->n != q.size)
@@ -717,7 +675,7 @@ out:
 	free(w.pieces);
 	free(w.next);
 	free(w.sym);
-	free(w.heap);
+	free(w.heap.v);
 	free(w.enc.p);
 	if (rc < 0)
 		return moe_err(e, rc, "out of memory (tokenizer)");

@@ -27,61 +27,19 @@ typedef struct sq {
 	uint32_t size;
 } sq;
 
-typedef struct spm_work {
-	ssym *sym;
-	size_t n_sym, cap_sym;
-	sq *heap;
-	size_t n_heap, cap_heap;
-} spm_work;
-
 /* Higher score first, then the leftmost pair. */
 static bool sq_before(const sq *a, const sq *b)
 {
 	return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static int heap_push(spm_work *w, sq x)
-{
-	if (w->n_heap == w->cap_heap) {
-		size_t cap = w->cap_heap ? w->cap_heap * 2 : 64;
-		sq *h = realloc(w->heap, cap * sizeof *h);
-		if (!h)
-			return MOE_ENOMEM;
-		w->heap = h;
-		w->cap_heap = cap;
-	}
-	size_t i = w->n_heap++;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (!sq_before(&x, &w->heap[p]))
-			break;
-		w->heap[i] = w->heap[p];
-		i = p;
-	}
-	w->heap[i] = x;
-	return 0;
-}
+MOE_DEFINE_HEAP(sq_heap, sq, sq_before)
 
-static sq heap_pop(spm_work *w)
-{
-	sq top = w->heap[0];
-	sq x = w->heap[--w->n_heap];
-	size_t i = 0, n = w->n_heap;
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && sq_before(&w->heap[c + 1], &w->heap[c]))
-			c++;
-		if (!sq_before(&w->heap[c], &x))
-			break;
-		w->heap[i] = w->heap[c];
-		i = c;
-	}
-	if (n)
-		w->heap[i] = x;
-	return top;
-}
+typedef struct spm_work {
+	ssym *sym;
+	size_t n_sym, cap_sym;
+	sq_heap heap;
+} spm_work;
 
 static int try_pair(const moe_tokenizer *t, spm_work *w, const char *s, int32_t l, int32_t r)
 {
@@ -94,7 +52,7 @@ static int try_pair(const moe_tokenizer *t, spm_work *w, const char *s, int32_t 
 	int64_t id = moe_strmap_get(&t->tok_map, s + a->start, size);
 	if (id < 0)
 		return 0;
-	return heap_push(w, (sq){t->scores[id], l, r, size});
+	return sq_heap_push(&w->heap, (sq){t->scores[id], l, r, size});
 }
 
 static int emit(const moe_tokenizer *t, const char *s, const ssym *y, moe_ids *out)
@@ -118,12 +76,12 @@ static int emit(const moe_tokenizer *t, const char *s, const ssym *y, moe_ids *o
 static int merge_run(const moe_tokenizer *t, spm_work *w, const char *s, moe_ids *out)
 {
 	size_t n = w->n_sym;
-	w->n_heap = 0;
+	w->heap.n = 0;
 	for (size_t i = 1; i < n; i++)
 		if (try_pair(t, w, s, (int32_t)i - 1, (int32_t)i) < 0)
 			return MOE_ENOMEM;
-	while (w->n_heap) {
-		sq q = heap_pop(w);
+	while (w->heap.n) {
+		sq q = sq_heap_pop(&w->heap);
 		ssym *l = &w->sym[q.left], *r = &w->sym[q.right];
 		if (l->n == 0 || r->n == 0 || l->n + r->n != q.size)
 			continue; /* one side changed since the pair was queued */
@@ -207,7 +165,7 @@ int moe_spm_encode(const moe_tokenizer *t, const char *text, size_t len, bool sp
 	}
 	free(buf.p);
 	free(w.sym);
-	free(w.heap);
+	free(w.heap.v);
 	if (rc < 0)
 		return moe_err(e, rc, "out of memory (tokenizer)");
 	return 0;

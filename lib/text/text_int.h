@@ -160,4 +160,56 @@ void moe_vocab_fixup(moe_vocab_data *vd, int32_t *types);
 /* Default flags for a model/pre when the source does not say. */
 void moe_vocab_defaults(moe_vocab_data *vd);
 
+
+/* A binary heap of TYPE, first element = the one BEFORE(a, b) puts first:
+ * MOE_DEFINE_HEAP(name, TYPE, BEFORE) defines `name` ({v, n, cap}),
+ * name_push (0 or MOE_ENOMEM) and name_pop (n must be > 0).  Both BPE
+ * tokenizers merge the best pair first with one; a macro keeps the
+ * comparison inlined in their hot loops. */
+#define MOE_DEFINE_HEAP(NAME, TYPE, BEFORE)                                      \
+	typedef struct NAME {                                                    \
+		TYPE *v;                                                         \
+		size_t n, cap;                                                   \
+	} NAME;                                                                  \
+	static int NAME##_push(NAME *h, TYPE x)                                  \
+	{                                                                        \
+		if (h->n == h->cap) {                                            \
+			size_t cap = h->cap ? h->cap * 2 : 64;                   \
+			TYPE *v = realloc(h->v, cap * sizeof *v);                \
+			if (!v)                                                  \
+				return MOE_ENOMEM;                               \
+			h->v = v;                                                \
+			h->cap = cap;                                            \
+		}                                                                \
+		size_t i = h->n++;                                               \
+		while (i > 0) {                                                  \
+			size_t p = (i - 1) / 2;                                  \
+			if (!BEFORE(&x, &h->v[p]))                               \
+				break;                                           \
+			h->v[i] = h->v[p];                                       \
+			i = p;                                                   \
+		}                                                                \
+		h->v[i] = x;                                                     \
+		return 0;                                                        \
+	}                                                                        \
+	static TYPE NAME##_pop(NAME *h)                                          \
+	{                                                                        \
+		TYPE top = h->v[0], x = h->v[--h->n];                            \
+		size_t i = 0, n = h->n;                                          \
+		for (;;) {                                                       \
+			size_t c = 2 * i + 1;                                    \
+			if (c >= n)                                              \
+				break;                                           \
+			if (c + 1 < n && BEFORE(&h->v[c + 1], &h->v[c]))         \
+				c++;                                             \
+			if (!BEFORE(&h->v[c], &x))                               \
+				break;                                           \
+			h->v[i] = h->v[c];                                       \
+			i = c;                                                   \
+		}                                                                \
+		if (n)                                                           \
+			h->v[i] = x;                                             \
+		return top;                                                      \
+	}
+
 #endif
