@@ -460,13 +460,62 @@ static void attention(moe_ctx *c, int il, int B)
 
 /* ----------------------------------------------------------------- FFN */
 
+typedef struct {
+	const moe_kernels *k;
+	const moe_weight *wg, *wu;
+	const float *x;
+	int m;
+	float *g, *u;
+	void *scratch;
+} gate_up_job;
+
+static void gate_up_quantize(void *arg, int ith, int nth)
+{
+	gate_up_job *j = arg;
+	moe_matmul_quantize(j->k, j->wg->dtype, j->wg->cols, j->x, j->wg->cols, j->m, j->scratch,
+			    ith, nth);
+}
+
+static void gate_up_compute(void *arg, int ith, int nth)
+{
+	gate_up_job *j = arg;
+	int64_t ff = j->wg->rows, E = j->wg->cols;
+	moe_matmul_compute(j->k, j->wg->dtype, j->wg->data, ff, E, j->x, E, j->m, j->g, ff,
+			   j->scratch, ith, nth);
+	moe_matmul_compute(j->k, j->wu->dtype, j->wu->data, ff, E, j->x, E, j->m, j->u, ff,
+			   j->scratch, ith, nth);
+}
+
+/* g = x Wg^T and u = x Wu^T, fused: both read the same input, so it is
+ * quantised once and both products run in one pool job (pool may be NULL). */
+static void gate_up(const moe_kernels *k, moe_pool *pool, const moe_weight *wg,
+		    const moe_weight *wu, const float *x, int m, float *g, float *u, void *scratch)
+{
+	int64_t ff = wg->rows, E = wg->cols;
+	if (wg->dtype != wu->dtype || wu->cols != E || wu->rows != ff) {
+		moe_matmul(k, pool, wg->dtype, wg->data, ff, E, x, E, m, g, ff, scratch);
+		moe_matmul(k, pool, wu->dtype, wu->data, ff, E, x, E, m, u, ff, scratch);
+		return;
+	}
+	gate_up_job j = {k, wg, wu, x, m, g, u, scratch};
+	if (moe_type_get(wg->dtype)->vec_dot_type != MOE_F32) {
+		if (pool && m >= 2 * moe_pool_threads(pool))
+			moe_pool_run(pool, gate_up_quantize, &j);
+		else
+			gate_up_quantize(&j, 0, 1);
+	}
+	if (pool)
+		moe_pool_run(pool, gate_up_compute, &j);
+	else
+		gate_up_compute(&j, 0, 1);
+}
+
 /* out[t] = (silu(x Wg^T) * (x Wu^T)) Wd^T for m rows of x. */
 static void swiglu_ffn(moe_ctx *c, const moe_weight *wg, const moe_weight *wu,
 		       const moe_weight *wd, const float *x, int m, float *out)
 {
 	int64_t ff = wg->rows;
-	matmul(c, wg, x, m, c->gate, ff);
-	matmul(c, wu, x, m, c->up, ff);
+	gate_up(c->k, c->pool, wg, wu, x, m, c->gate, c->up, c->scratch);
 	for (int64_t i = 0; i < (int64_t)m * ff; i++)
 		c->gate[i] = silu(c->gate[i]) * c->up[i];
 	matmul(c, wd, c->gate, m, out, wd->rows);
@@ -507,8 +556,7 @@ static void expert_worker(void *arg, int ith, int nth)
 					m++;
 				}
 		const moe_weight *wg = &j->L->exp_gate[x], *wu = &j->L->exp_up[x], *wd = &j->L->exp_down[x];
-		moe_matmul(c->k, NULL, wg->dtype, wg->data, wg->rows, wg->cols, xe, E, m, g, ff, scr);
-		moe_matmul(c->k, NULL, wu->dtype, wu->data, wu->rows, wu->cols, xe, E, m, u, ff, scr);
+		gate_up(c->k, NULL, wg, wu, xe, m, g, u, scr);
 		for (int64_t i = 0; i < (int64_t)m * ff; i++)
 			g[i] = silu(g[i]) * u[i];
 		moe_matmul(c->k, NULL, wd->dtype, wd->data, wd->rows, wd->cols, g, ff, m, de, E, scr);
