@@ -38,6 +38,7 @@ const char *moe_finish_name(moe_finish f);
 /* Return < 0 to stop generation (finish = abort). */
 typedef int (*moe_gen_emit_fn)(void *user, const char *text, size_t len);
 
+/* s must have been made for moe_ctx_n_vocab(ctx) tokens. */
 int moe_generate(moe_ctx *ctx, const moe_tokenizer *tok, moe_sampler *s, const int32_t *prompt,
 		 size_t n_prompt, const moe_gen_params *p, moe_gen_emit_fn emit, void *user,
 		 moe_gen_result *res, moe_error *e);

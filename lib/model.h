@@ -84,6 +84,9 @@ int moe_ctx_eval(moe_ctx *c, const int32_t *ids, size_t n, float *logits, bool a
 int moe_ctx_pos(const moe_ctx *c);
 void moe_ctx_truncate(moe_ctx *c, int pos);
 int moe_ctx_n_ctx(const moe_ctx *c);
+/* Logits per token: the model's vocabulary (rows of the embedding), which
+ * may exceed the tokenizer's (padding rows). */
+uint32_t moe_ctx_n_vocab(const moe_ctx *c);
 /* Bytes of weights one decode step reads (for bandwidth figures). */
 uint64_t moe_model_active_bytes(const moe_model *m);
 

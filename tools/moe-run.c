@@ -599,9 +599,9 @@ static void report_speed(const run_opts *o, const run_model *m, const moe_gen_re
 		r->t_gen > 0 ? r->n_gen / r->t_gen : 0.0, moe_finish_name(r->finish));
 }
 
-static int generate(const run_opts *o, run_model *m, const moe_sampler_params *sp,
-		    const moe_gen_params *gp, const char *prompt, size_t len, bool add_special,
-		    moe_gen_emit_fn emit, void *user, moe_gen_result *res, moe_error *e)
+static int generate(run_model *m, const moe_sampler_params *sp, const moe_gen_params *gp,
+		    const char *prompt, size_t len, bool add_special, moe_gen_emit_fn emit,
+		    void *user, moe_gen_result *res, moe_error *e)
 {
 	int32_t *ids;
 	size_t n;
@@ -609,13 +609,12 @@ static int generate(const run_opts *o, run_model *m, const moe_sampler_params *s
 	 * in prompts is parsed (chat templates rely on it). */
 	MOE_TRY(moe_tokenizer_encode(m->tok, prompt, len, add_special, true, &ids, &n, e));
 	moe_sampler *s;
-	int rc = moe_sampler_new(&s, sp, (int)moe_tokenizer_n_tokens(m->tok), e);
+	int rc = moe_sampler_new(&s, sp, (int)moe_ctx_n_vocab(m->ctx), e);
 	if (rc == 0) {
 		rc = moe_generate(m->ctx, m->tok, s, ids, n, gp, emit, user, res, e);
 		moe_sampler_free(s);
 	}
 	free(ids);
-	(void)o;
 	return rc;
 }
 
@@ -631,7 +630,7 @@ static int run_generate(const run_opts *o, run_model *m, moe_error *e)
 	char *prompt = read_input(o, &len);
 	moe_gen_params gp = gen_params(o);
 	moe_gen_result res;
-	int rc = generate(o, m, &o->sp, &gp, prompt, len, true, emit_stdout, NULL, &res, e);
+	int rc = generate(m, &o->sp, &gp, prompt, len, true, emit_stdout, NULL, &res, e);
 	free(prompt);
 	if (rc == 0) {
 		if (isatty(STDOUT_FILENO))
@@ -677,7 +676,7 @@ static int run_chat(const run_opts *o, run_model *m, moe_error *e)
 		text_buf reply = {.echo = true};
 		moe_gen_params gp = gen_params(o);
 		moe_gen_result res;
-		rc = generate(o, m, &o->sp, &gp, prompt, plen, false, emit_buffer, &reply, &res, e);
+		rc = generate(m, &o->sp, &gp, prompt, plen, false, emit_buffer, &reply, &res, e);
 		free(prompt);
 		if (rc < 0) {
 			free(reply.buf);
@@ -797,7 +796,7 @@ static int jsonl_one(const run_opts *o, run_model *m, const char *line, size_t l
 	text_buf text = {0};
 	moe_gen_result res;
 	if (rc == 0)
-		rc = generate(o, m, &sp, &gp, prompt, plen, !chat, emit_buffer, &text, &res, e);
+		rc = generate(m, &sp, &gp, prompt, plen, !chat, emit_buffer, &text, &res, e);
 	if (rc == 0) {
 		*out = json_object();
 		if (json_object_get(req, "id"))

@@ -308,6 +308,11 @@ int moe_ctx_n_ctx(const moe_ctx *c)
 	return c->n_ctx;
 }
 
+uint32_t moe_ctx_n_vocab(const moe_ctx *c)
+{
+	return c->m->hp.n_vocab;
+}
+
 void moe_ctx_truncate(moe_ctx *c, int pos)
 {
 	if (pos >= 0 && pos < c->pos)

@@ -8,6 +8,7 @@
  * that a stop string later cuts. */
 #include "generate.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,7 +92,10 @@ int moe_generate(moe_ctx *ctx, const moe_tokenizer *tok, moe_sampler *s, const i
 	res->n_prompt = n_prompt;
 	if (n_prompt == 0)
 		return moe_err(e, MOE_EINVAL, "empty prompt (no tokens)");
-	uint32_t nv = moe_tokenizer_n_tokens(tok);
+	/* The engine writes one logit per embedding row; rows past the
+	 * tokenizer's tokens (padding) can never be printed, so they are never
+	 * chosen. */
+	uint32_t nv = moe_ctx_n_vocab(ctx), nt = moe_tokenizer_n_tokens(tok);
 	float *logits = malloc((size_t)nv * sizeof *logits);
 	moe_detok *dt = NULL;
 	pending pd = {0};
@@ -112,6 +116,8 @@ int moe_generate(moe_ctx *ctx, const moe_tokenizer *tok, moe_sampler *s, const i
 	for (;;) {
 		if (p->n_predict >= 0 && res->n_gen >= (size_t)p->n_predict)
 			break;
+		for (uint32_t i = nt; i < nv; i++)
+			logits[i] = -INFINITY;
 		int32_t id = moe_sampler_sample(s, logits);
 		moe_sampler_accept(s, id);
 		res->n_gen++;

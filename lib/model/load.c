@@ -33,7 +33,8 @@ static int own(moe_model *m, void *p, moe_error *e)
 	return 0;
 }
 
-/* A matrix [rows x cols] (rows = 0: any). */
+/* A matrix [rows x cols]; the shapes come from the metadata, so a file
+ * whose tensors disagree with it is refused (buffers are sized from it). */
 static int get_weight(moe_model *m, const char *name, int64_t rows, int64_t cols, bool required,
 		      moe_weight *w, moe_error *e)
 {
@@ -44,14 +45,13 @@ static int get_weight(moe_model *m, const char *name, int64_t rows, int64_t cols
 			return moe_err(e, MOE_EFORMAT, "%s: tensor '%s' missing", m->file->path, name);
 		return 0;
 	}
-	if (t->ne[0] != cols || (rows && t->ne[1] != rows) || t->ne[2] != 1 || t->ne[3] != 1)
+	if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
 		return moe_err(e, MOE_EFORMAT,
 			       "%s: tensor '%s' has shape [%u, %u, %u, %u], expected [%lld, %lld]",
 			       m->file->path, name, t->ne[0], t->ne[1], t->ne[2], t->ne[3],
 			       (long long)cols, (long long)rows);
-	if (!moe_kernels_for(MOE_ISA_GENERIC)->vec_dot[t->dtype])
-		return moe_err(e, MOE_EUNSUPPORTED, "%s: tensor '%s': no kernel for type %s",
-			       m->file->path, name, moe_type_name(t->dtype));
+	if (moe_kernels_check(moe_kernels_get(), t->dtype, t->ne[0], e) < 0)
+		return moe_err_prefix(e, "%s: tensor '%s'", m->file->path, name);
 	uint64_t rb;
 	MOE_TRY(moe_type_nbytes(t->dtype, t->ne[0], &rb, e));
 	w->data = moe_uth_data(m->file, t);
@@ -151,11 +151,9 @@ static int bind_layer(moe_model *m, int il, moe_error *e)
 				   &L->sh_up, e));
 		MOE_TRY(get_weight(m, NAME("blk.%d.ffn_down_shexp.weight", il), E, hp->n_ff_shexp, true,
 				   &L->sh_down, e));
-		MOE_TRY(get_weight(m, NAME("blk.%d.ffn_gate_inp_shexp.weight", il), 0, E,
+		/* [n_embd] as llama.cpp writes it, or [n_embd x 1]: both one row */
+		MOE_TRY(get_weight(m, NAME("blk.%d.ffn_gate_inp_shexp.weight", il), 1, E,
 				   hp->shared_expert_gate, &L->sh_router, e));
-		if (L->sh_router.data && L->sh_router.rows != 1)
-			return moe_err(e, MOE_EFORMAT, "%s: shared-expert gate of layer %d must have 1 row",
-				       m->file->path, il);
 	}
 #undef NAME
 	return 0;
@@ -194,6 +192,18 @@ int moe_model_load(moe_model **out, const char *path, moe_error *e)
 			     path, m->hp.arch);
 		goto fail;
 	}
+	/* What the buffers and the KV cache layout assume. */
+	const moe_hparams *h = &m->hp;
+	if (h->head_dim_v != h->head_dim) {
+		rc = moe_err(e, MOE_EFORMAT, "%s: hparams: value head size %u differs from key head "
+					     "size %u", path, h->head_dim_v, h->head_dim);
+		goto fail;
+	}
+	if ((h->n_expert && !h->n_ff_exp) || ((!h->n_expert || h->n_layer_dense_lead) && !h->n_ff)) {
+		rc = moe_err(e, MOE_EFORMAT, "%s: hparams: FFN width is 0 (n_ff %u, n_ff_exp %u)", path,
+			     h->n_ff, h->n_ff_exp);
+		goto fail;
+	}
 	if (m->hp.rope_scaling == MOE_ROPE_SCALING_LLAMA3) {
 		rc = moe_err(e, MOE_EUNSUPPORTED, "%s: llama3 RoPE scaling is not supported yet", path);
 		goto fail;
@@ -201,6 +211,12 @@ int moe_model_load(moe_model **out, const char *path, moe_error *e)
 	if (moe_uth_find(m->file, "tokenizer.tokens") &&
 	    (rc = moe_tokenizer_load(&m->tok, m->file, e)) < 0)
 		goto fail;
+	/* Padding rows past the tokenizer are fine; tokens without a row are not. */
+	if (m->tok && moe_tokenizer_n_tokens(m->tok) > m->hp.n_vocab) {
+		rc = moe_err(e, MOE_EFORMAT, "%s: the tokenizer has %u tokens, the model only %u",
+			     path, moe_tokenizer_n_tokens(m->tok), m->hp.n_vocab);
+		goto fail;
+	}
 	const moe_hparams *hp = &m->hp;
 	if ((rc = get_weight(m, "token_embd.weight", hp->n_vocab, hp->n_embd, true, &m->tok_embd, e)) < 0 ||
 	    (rc = get_vec(m, "output_norm.weight", hp->n_embd, true, &m->out_norm, e)) < 0 ||

@@ -99,4 +99,28 @@ grep -q "convert it first" "$T/err"; ok $? "a GGUF model gets a hint to convert 
 "$RUN" -m "$T/m.uth" -c 4 -p "$PROMPT and a much longer prompt than four tokens" 2> "$T/err"; is $? 1 "prompt longer than the context: failure"
 grep -q "context full" "$T/err"; ok $? "the message says the context is full"
 "$RUN" -m "$T/m.uth" -c 12 -p "$PROMPT" --temp 0 --ignore-eos > /dev/null; ok $? "generation stops at a full context"
+# A model whose embedding has more rows than its tokenizer has tokens (as
+# Qwen pads its vocabulary): logits cover every row, padding is never chosen.
+check "padded vocabulary: generate an HF snapshot" -- $GEN --arch olmoe --format hf --seed 3 --out "$T/pad"
+$PYTHON3 - "$T/pad.hf" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+t = json.load(open(os.path.join(d, 'tokenizer.json')))
+keep = len(t['model']['vocab']) - 8        # drop the trailing special tokens
+t['model']['vocab'] = {k: i for k, i in t['model']['vocab'].items() if i < keep}
+t['added_tokens'] = [a for a in t.get('added_tokens', []) if a['id'] < keep]
+json.dump(t, open(os.path.join(d, 'tokenizer.json'), 'w'))
+PY
+check "padded vocabulary: convert" -- "$BIN/moe-convert" "$T/pad.hf" "$T/pad.uth"
+n=$("$BIN/moe-convert" --info --json "$T/pad.uth" | $PYTHON3 -c "import json,sys; d=json.load(sys.stdin); print(d['hparams']['n_vocab'] - d['tokenizer']['n_tokens'])")
+is "$n" 8 "the embedding has 8 rows more than the tokenizer"
+"$RUN" -m "$T/pad.uth" -p "$PROMPT" -n 48 --temp 2 --top-k 0 --top-p 1 --min-p 0 --seed 5 --ignore-eos > "$T/pad.txt"
+ok $? "sampling over a padded vocabulary works"
+
+# hparams that disagree with the tensors are refused at load, naming the file.
+check "bad expert width: generate" -- $GEN --arch olmoe --format hf --seed 3 --out "$T/badff"
+$PYTHON3 -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['intermediate_size']=0; json.dump(c,open(p,'w'))" "$T/badff.hf/config.json"
+"$BIN/moe-convert" "$T/badff.hf" "$T/badff.uth" 2>/dev/null
+"$RUN" -m "$T/badff.uth" -p x -n 1 2> "$T/err"; is $? 1 "expert FFN width 0: failure"
+grep -q "badff.uth" "$T/err" && grep -qi "ffn" "$T/err"; ok $? "... naming the file and the FFN width: $(cat "$T/err")"
 done_testing
