@@ -15,7 +15,8 @@ struct moe_sampler {
 	int hist_cap, hist_len, hist_head;
 	float *work;
 	int32_t *idx;
-	int *count; /* occurrences in the window, per token */
+	int *count;    /* occurrences in the window, per token */
+	uint8_t *seen; /* scratch: penalty already applied to this token */
 };
 
 moe_sampler_params moe_sampler_defaults(void)
@@ -42,7 +43,8 @@ int moe_sampler_new(moe_sampler **out, const moe_sampler_params *p, int n_vocab,
 	s->work = malloc((size_t)n_vocab * sizeof *s->work);
 	s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
 	s->count = calloc((size_t)n_vocab, sizeof *s->count);
-	if (!s->hist || !s->work || !s->idx || !s->count) {
+	s->seen = calloc((size_t)n_vocab, 1);
+	if (!s->hist || !s->work || !s->idx || !s->count || !s->seen) {
 		moe_sampler_free(s);
 		return moe_err(e, MOE_ENOMEM, "out of memory");
 	}
@@ -59,6 +61,7 @@ void moe_sampler_free(moe_sampler *s)
 	free(s->work);
 	free(s->idx);
 	free(s->count);
+	free(s->seen);
 	free(s);
 }
 
@@ -94,39 +97,82 @@ static double next_uniform(moe_sampler *s)
 	return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static const float *cmp_base;
-static int cmp_desc(const void *a, const void *b)
+/* Candidate a before b: higher logit, ties to the lower id (deterministic). */
+static bool better(const float *l, int32_t a, int32_t b)
 {
-	float x = cmp_base[*(const int32_t *)a], y = cmp_base[*(const int32_t *)b];
-	if (x != y)
-		return x > y ? -1 : 1;
-	return *(const int32_t *)a - *(const int32_t *)b;
+	return l[a] > l[b] || (l[a] == l[b] && a < b);
+}
+
+static int cmp_desc(const void *a, const void *b, void *logits)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	return better(logits, x, y) ? -1 : better(logits, y, x) ? 1 : 0;
+}
+
+/* The k best ids of l[0..n) into idx[0..k), best first: a min-heap of the
+ * k best seen so far (its root the worst of them), O(n log k) instead of
+ * sorting the whole vocabulary for every token. */
+static void select_top_k(const float *l, int n, int k, int32_t *idx)
+{
+	for (int i = 0; i < n; i++) {
+		int m = i < k ? i : k;
+		if (i >= k) {
+			if (!better(l, i, idx[0]))
+				continue;
+			m = k - 1; /* replace the root: sift the last element down */
+			int32_t last = idx[m];
+			int p = 0;
+			for (;;) {
+				int c = 2 * p + 1;
+				if (c >= m)
+					break;
+				if (c + 1 < m && better(l, idx[c], idx[c + 1]))
+					c++;
+				if (!better(l, last, idx[c]))
+					break;
+				idx[p] = idx[c];
+				p = c;
+			}
+			idx[p] = last;
+		}
+		/* sift up the new id from position m */
+		int c = m;
+		while (c > 0 && better(l, idx[(c - 1) / 2], i)) {
+			idx[c] = idx[(c - 1) / 2];
+			c = (c - 1) / 2;
+		}
+		idx[c] = i;
+	}
+	qsort_r(idx, (size_t)k, sizeof *idx, cmp_desc, (void *)l);
+}
+
+/* Repetition, presence and frequency penalties, once per distinct token of
+ * the window. */
+static void apply_penalties(moe_sampler *s, float *l)
+{
+	const moe_sampler_params *p = &s->p;
+	if (p->repeat_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0)
+		return;
+	for (int i = 0; i < s->hist_len; i++) {
+		int32_t id = s->hist[i];
+		if (s->seen[id])
+			continue;
+		s->seen[id] = 1;
+		float v = l[id];
+		v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
+		l[id] = v - (float)s->count[id] * p->frequency_penalty - p->presence_penalty;
+	}
+	for (int i = 0; i < s->hist_len; i++)
+		s->seen[s->hist[i]] = 0;
 }
 
 int32_t moe_sampler_sample(moe_sampler *s, const float *logits)
 {
 	int n = s->n_vocab;
 	float *l = s->work;
-	memcpy(l, logits, (size_t)n * sizeof *l);
-	/* penalties, on tokens seen in the window */
 	const moe_sampler_params *p = &s->p;
-	if (p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0) {
-		for (int i = 0; i < s->hist_len; i++) {
-			int32_t id = s->hist[(s->hist_head - 1 - i + s->hist_cap) % s->hist_cap];
-			if (s->count[id] < 0)
-				continue; /* already applied (marked) */
-			float v = l[id];
-			v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
-			v -= (float)s->count[id] * p->frequency_penalty + p->presence_penalty;
-			l[id] = v;
-			s->count[id] = -s->count[id] - 1; /* mark */
-		}
-		for (int i = 0; i < s->hist_len; i++) {
-			int32_t id = s->hist[i];
-			if (s->count[id] < 0)
-				s->count[id] = -s->count[id] - 1;
-		}
-	}
+	memcpy(l, logits, (size_t)n * sizeof *l);
+	apply_penalties(s, l);
 	if (p->temp <= 0) {
 		int best = 0;
 		for (int i = 1; i < n; i++)
@@ -134,14 +180,15 @@ int32_t moe_sampler_sample(moe_sampler *s, const float *logits)
 				best = i;
 		return best;
 	}
-	/* candidates sorted by logit (top-k bounds the sort) */
-	int m = n;
-	for (int i = 0; i < n; i++)
-		s->idx[i] = i;
-	cmp_base = l;
-	qsort(s->idx, (size_t)n, sizeof *s->idx, cmp_desc);
-	if (p->top_k > 0 && p->top_k < m)
-		m = p->top_k;
+	/* candidates, best first */
+	int m = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+	if (m < n) {
+		select_top_k(l, n, m, s->idx);
+	} else {
+		for (int i = 0; i < n; i++)
+			s->idx[i] = i;
+		qsort_r(s->idx, (size_t)n, sizeof *s->idx, cmp_desc, l);
+	}
 	/* softmax over the candidates (temperature last, as llama.cpp) */
 	float mx = l[s->idx[0]];
 	double sum = 0;

@@ -121,6 +121,37 @@ int main(void)
 	ok(n1 >= 999, "low temperature is nearly greedy (%d/1000)", n1);
 	moe_sampler_free(s);
 
+	/* top-k over a large vocabulary: every draw is one of the k largest
+	 * (found here by counting how many logits beat it), and all k occur */
+	{
+		enum { N = 5000, K = 7 };
+		static float big[N];
+		uint64_t x = 12345;
+		for (int i = 0; i < N; i++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			big[i] = (float)((x >> 33) % 100000) / 1000.0f; /* ties possible */
+		}
+		moe_sampler_params q = moe_sampler_defaults();
+		q.temp = 1000.0f; /* nearly uniform over the candidates */
+		q.top_k = K;
+		q.top_p = 1.0f;
+		q.min_p = 0;
+		s = mk(q, N);
+		int in_top = 1, distinct = 0;
+		static int hits[N];
+		for (int d = 0; d < 2000; d++) {
+			int32_t id = moe_sampler_sample(s, big);
+			int beaten_by = 0;
+			for (int i = 0; i < N; i++)
+				beaten_by += big[i] > big[id] || (big[i] == big[id] && i < id);
+			in_top &= beaten_by < K;
+			distinct += hits[id]++ == 0;
+		}
+		ok(in_top, "top-k %d of %d: every draw is among the %d best", K, N, K);
+		is_int(distinct, K, "all %d candidates are drawn at a high temperature", K);
+		moe_sampler_free(s);
+	}
+
 	moe_error e = {0};
 	p.temp = -1;
 	ok(moe_sampler_new(&s, &p, 2, &e) == MOE_EINVAL, "negative temperature rejected");
