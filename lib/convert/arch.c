@@ -251,8 +251,7 @@ int moe_hparams_from_gguf(moe_hparams *hp, const moe_gguf *g, moe_error *e)
 	}
 	if (!hp->n_ff && hp->n_expert == 0)
 		hp->n_ff = n_ff_key;
-	hp->qkv_bias = gguf_first_layer_with(g, hp->n_layer, "attn_q") >= 0 &&
-		       moe_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+	hp->qkv_bias = moe_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
 	hp->tied_embeddings = g->n_tensors > 0 && !moe_gguf_find_tensor(g, "output.weight");
 	if (!hp->head_dim && hp->n_head)
 		hp->head_dim = hp->n_embd / hp->n_head;

@@ -32,6 +32,7 @@ struct moe_ctx {
 	moe_pool *pool;
 	int n_ctx, n_batch, pos, kv_type;
 	size_t kv_row_bytes;      /* bytes of one position's K in one layer */
+	size_t kv_head_bytes;     /* bytes of one head's slice of that row */
 	/* K: [n_layer][n_ctx][kv dims] in kv_type, so a head's key is a row
 	 * slice.  V: for F16 transposed, [n_layer][kv dims][n_ctx], so the
 	 * weighted sum over positions is one dot product per output dimension;
@@ -183,6 +184,14 @@ int moe_ctx_new(moe_ctx **out, const moe_model *m, const moe_ctx_params *p, moe_
 		rc = moe_err(e, MOE_EINVAL, "KV cache type must be f16 or q8_0");
 		goto fail;
 	}
+	/* Each head's key must be whole blocks of the cache type. */
+	if (hp->head_dim % moe_type_get(c->kv_type)->block_size) {
+		rc = moe_err(e, MOE_EINVAL, "a %s KV cache needs a head size that is a multiple of %u "
+					    "(this model's is %u); use f16",
+			     moe_type_name(c->kv_type), moe_type_get(c->kv_type)->block_size,
+			     hp->head_dim);
+		goto fail;
+	}
 	int nthreads = p->n_threads > 0 ? p->n_threads : moe_default_threads();
 	if ((rc = moe_pool_create(&c->pool, nthreads, e)) < 0)
 		goto fail;
@@ -193,6 +202,7 @@ int moe_ctx_new(moe_ctx **out, const moe_model *m, const moe_ctx_params *p, moe_
 		goto fail;
 	}
 	c->kv_row_bytes = (size_t)rb;
+	c->kv_head_bytes = c->kv_row_bytes / hp->n_head_kv; /* whole blocks, checked above */
 	size_t kv_bytes = (size_t)hp->n_layer * c->n_ctx * c->kv_row_bytes;
 	c->kcache = malloc(kv_bytes);
 	c->vcache = malloc(kv_bytes);
@@ -332,14 +342,6 @@ typedef struct {
 	int il, B, pos0;
 } attn_job;
 
-/* Byte offset of element `i` of a row of kv_type (i a multiple of its block). */
-static size_t kv_offset(const moe_ctx *c, int64_t i)
-{
-	uint64_t b = 0;
-	moe_type_nbytes(c->kv_type, (uint64_t)i, &b, NULL);
-	return (size_t)b;
-}
-
 /* Each thread takes (token, head) pairs: scores q.k against the cache with
  * the K type's dot kernel, causal softmax, then the weighted sum of values
  * (one dot product per output dimension over the transposed V). */
@@ -369,7 +371,7 @@ static void attn_worker(void *arg, int ith, int nth)
 			k->quantize_row[kv_act](q, qx, hd);
 			qa = qx;
 		}
-		size_t koff = kv_offset(c, (int64_t)g * hd);
+		size_t koff = (size_t)g * c->kv_head_bytes;
 		float mx = -FLT_MAX;
 		for (int p = 0; p < n_pos; p++) {
 			float s;
@@ -392,7 +394,7 @@ static void attn_worker(void *arg, int ith, int nth)
 			}
 		} else {
 			memset(o, 0, (size_t)hdv * sizeof *o);
-			size_t voff = kv_offset(c, (int64_t)g * hdv);
+			size_t voff = (size_t)g * c->kv_head_bytes; /* hdv == hd (load.c) */
 			for (int p = 0; p < n_pos; p++) {
 				row_to_float(c, c->kv_type, vbase + (size_t)p * c->kv_row_bytes + voff, vrow, hdv);
 				for (int d = 0; d < hdv; d++)

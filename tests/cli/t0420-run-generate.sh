@@ -23,8 +23,14 @@ cmp -s "$T/out.txt" "$T/ref.txt"; ok $? "greedy text equals the reference's cont
 cmp -s "$T/out-b1.txt" "$T/out.txt"; ok $? "token-by-token prefill gives the same text"
 "$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos -t 1 > "$T/out-t1.txt"
 cmp -s "$T/out-t1.txt" "$T/out.txt"; ok $? "one thread: same text"
-"$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos --kv-type q8_0 > "$T/out-q8.txt"
-[ -s "$T/out-q8.txt" ]; ok $? "q8_0 KV cache generates"
+# A q8_0 cache holds each head's key in whole 32-element blocks: the demo
+# model (head size 32) can use one, the tiny model (head size 16) cannot.
+DEMO="$top_srcdir/share/moe-demo.uth"
+a=$("$RUN" -m "$DEMO" -p "In the beginning" -n 8 --temp 0 | od -An -c)
+b=$("$RUN" -m "$DEMO" -p "In the beginning" -n 8 --temp 0 --kv-type q8_0 | od -An -c)
+[ -n "$b" ] && [ "$a" = "$b" ]; ok $? "q8_0 KV cache: the demo model's first 8 greedy tokens are unchanged"
+"$RUN" -m "$T/m.uth" -p x -n 1 --kv-type q8_0 2> "$T/err"; is $? 1 "q8_0 KV cache with head size 16: failure"
+grep -q "multiple of 32" "$T/err"; ok $? "... saying why: $(cat "$T/err")"
 "$RUN" -m "$T/m.uth" -p x --kv-type f32 2>/dev/null; is $? 2 "--kv-type f32: usage error"
 MOE_ISA=generic "$RUN" -m "$T/m.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos > "$T/out-gen.txt"
 cmp -s "$T/out-gen.txt" "$T/out.txt"; ok $? "MOE_ISA=generic: same text"
