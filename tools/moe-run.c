@@ -668,6 +668,8 @@ static int run_chat(const run_opts *o, run_model *m, moe_error *e)
 		}
 		msgs[n].role = "user";
 		msgs[n].content = strdup(line);
+		if (!msgs[n].content)
+			die("out of memory");
 		n++;
 		char *prompt;
 		size_t plen;
@@ -687,6 +689,8 @@ static int run_chat(const run_opts *o, run_model *m, moe_error *e)
 		report_speed(o, m, &res);
 		msgs[n].role = "assistant";
 		msgs[n].content = reply.buf ? reply.buf : strdup("");
+		if (!msgs[n].content)
+			die("out of memory");
 		n++;
 	}
 	for (size_t i = 0; i < n; i++)

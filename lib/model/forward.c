@@ -528,6 +528,23 @@ static void swiglu_ffn(moe_ctx *c, const moe_weight *wg, const moe_weight *wu,
 	matmul(c, wd, c->gate, m, out, wd->rows);
 }
 
+/* The tokens of the batch routed to expert x: their indices, routing
+ * weights and normalised inputs (rows of xe).  Returns how many. */
+static int gather_expert(const moe_ctx *c, int B, int x, int32_t *tok, float *w, float *xe)
+{
+	int64_t E = c->m->hp.n_embd;
+	int k = (int)c->m->hp.n_expert_used, m = 0;
+	for (int t = 0; t < B; t++)
+		for (int q = 0; q < k; q++)
+			if (c->sel[(int64_t)t * k + q] == x) {
+				tok[m] = t;
+				w[m] = c->selw[(int64_t)t * k + q];
+				memcpy(xe + (int64_t)m * E, c->xn + (int64_t)t * E, (size_t)E * sizeof(float));
+				m++;
+			}
+	return m;
+}
+
 typedef struct {
 	moe_ctx *c;
 	const moe_layer *L;
@@ -544,24 +561,15 @@ static void expert_worker(void *arg, int ith, int nth)
 	moe_ctx *c = j->c;
 	const moe_hparams *hp = &c->m->hp;
 	int64_t E = hp->n_embd, ff = hp->n_ff_exp;
-	int k = (int)hp->n_expert_used;
 	float *xe = c->ex_buf + (size_t)ith * c->ex_stride;
 	float *de = xe + EXP_PAR_MAX * E, *out = de + EXP_PAR_MAX * E;
 	float *g = out + EXP_PAR_MAX * E, *u = g + EXP_PAR_MAX * ff;
 	void *scr = c->ex_scratch + (size_t)ith * c->ex_scratch_size;
-	int tok[EXP_PAR_MAX];
+	int32_t tok[EXP_PAR_MAX];
 	float w[EXP_PAR_MAX];
 	memset(out, 0, (size_t)j->B * E * sizeof *out);
 	for (int a = ith; a < j->n_active; a += nth) {
-		int x = j->active[a], m = 0;
-		for (int t = 0; t < j->B; t++)
-			for (int q = 0; q < k; q++)
-				if (c->sel[(int64_t)t * k + q] == x) {
-					tok[m] = t;
-					w[m] = c->selw[(int64_t)t * k + q];
-					memcpy(xe + (int64_t)m * E, c->xn + (int64_t)t * E, (size_t)E * sizeof(float));
-					m++;
-				}
+		int x = j->active[a], m = gather_expert(c, j->B, x, tok, w, xe);
 		const moe_weight *wg = &j->L->exp_gate[x], *wu = &j->L->exp_up[x], *wd = &j->L->exp_down[x];
 		gate_up(c->k, NULL, wg, wu, xe, m, g, u, scr);
 		for (int64_t i = 0; i < (int64_t)m * ff; i++)
@@ -650,16 +658,7 @@ static void moe_ffn(moe_ctx *c, int il, int B)
 	}
 	/* each expert once per batch, over the tokens routed to it */
 	for (int x = 0; x < nx; x++) {
-		int m = 0;
-		for (int t = 0; t < B; t++)
-			for (int j = 0; j < k; j++)
-				if (c->sel[(int64_t)t * k + j] == x) {
-					c->tok_of[m] = t;
-					c->w_of[m] = c->selw[(int64_t)t * k + j];
-					memcpy(c->xe + (int64_t)m * E, c->xn + (int64_t)t * E,
-					       (size_t)E * sizeof(float));
-					m++;
-				}
+		int m = gather_expert(c, B, x, c->tok_of, c->w_of, c->xe);
 		if (!m)
 			continue;
 		swiglu_ffn(c, &L->exp_gate[x], &L->exp_up[x], &L->exp_down[x], c->xe, m, c->de);
