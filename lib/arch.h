@@ -1,9 +1,16 @@
 /* arch.h — supported architectures and their hyper-parameters in one
- * vocabulary, whatever the source (GGUF keys or a Hugging Face config.json).
+ * vocabulary, whatever the source (GGUF keys or a Hugging Face config.json),
+ * and the ONE validation of those hyper-parameters that the converter and
+ * the loader share (lib/arch/check.c).
  *
  * How to use: moe_hparams_from_gguf / moe_hparams_from_hf fill a moe_hparams;
  * moe_hparams_to_json writes the "hparams" object of UTH metadata and
  * moe_hparams_from_json reads it back (the engine only ever sees this form).
+ * Before anything uses them, moe_hparams_check checks every field (range,
+ * finiteness, internal consistency) and moe_hparams_check_tensors checks
+ * them against the tensors a file actually holds; a converter that passes
+ * both writes nothing the loader refuses (except architectures or features
+ * the engine does not run yet: moe_hparams_check_runnable).
  * moe_arch_map_hf_name translates a Hugging Face tensor name into the
  * canonical (GGUF-style, per-expert) name, role, layer and expert.
  */
@@ -12,6 +19,7 @@
 
 #include "core.h"
 #include "gguf.h"
+#include "uth.h"
 
 #include <jansson.h>
 
@@ -35,6 +43,7 @@ typedef struct moe_arch_info {
 	moe_norm_kind norm;
 	bool topk_renorm;          /* default when the source does not say */
 	bool permute_hf_qk;        /* HF q/k rows are half-split: permute to NORM order */
+	bool runs;                 /* the engine runs it (the others only convert) */
 } moe_arch_info;
 
 /* The table entry for a canonical, GGUF or HF name, or NULL. */
@@ -43,6 +52,26 @@ const moe_arch_info *moe_arch_by_gguf(const char *gguf_arch);
 const moe_arch_info *moe_arch_by_hf(const char *hf_arch);
 /* Comma-separated list of supported names, for error messages. */
 const char *moe_arch_supported_list(void);
+/* The same for the architectures the engine runs. */
+const char *moe_arch_runnable_list(void);
+
+/* Upper bounds of the counts and sizes in a moe_hparams (checked before any
+ * loop or allocation uses them).  They are far above any published model
+ * and keep every product of two of them well inside 64 bits. */
+#define MOE_HP_MAX_LAYERS   4096u
+#define MOE_HP_MAX_HEADS    4096u
+#define MOE_HP_MAX_EXPERTS  4096u
+#define MOE_HP_MAX_EMBD     (1u << 17)
+#define MOE_HP_MAX_HEAD_DIM 4096u
+#define MOE_HP_MAX_FF       (1u << 20)
+#define MOE_HP_MAX_VOCAB    (1u << 24)
+#define MOE_HP_MAX_CTX      (1u << 30)
+/* Real-valued fields: finite, positive and at most this (RoPE base at most
+ * 1e12, norm epsilon at most 1). */
+#define MOE_HP_MAX_REAL     1e6
+#define MOE_HP_MAX_ROPE_BASE 1e12
+
+typedef enum { MOE_HP_SRC_UTH = 0, MOE_HP_SRC_GGUF, MOE_HP_SRC_HF } moe_hparams_source;
 
 typedef struct moe_hparams {
 	char arch[32];
@@ -71,19 +100,61 @@ typedef struct moe_hparams {
 	double embedding_scale, residual_scale, attention_scale, logit_scale;
 	/* DeepSeek-V2 multi-head latent attention (0 when absent). */
 	uint32_t q_lora_rank, kv_lora_rank, rope_head_dim;
+	/* Where the values came from, so that messages name a field as the
+	 * source spells it ("rope_theta" in config.json, "llama.rope.freq_base"
+	 * in GGUF, "hparams.rope.base" in UTH). */
+	moe_hparams_source source;
 } moe_hparams;
 
 /* From GGUF keys ({arch}.embedding_length, ...). Tensor shapes are used
  * where keys are optional (vocabulary size, FFN widths, tied output).
  * MOE_EUNSUPPORTED names the supported architectures; MOE_EFORMAT a
- * missing or bad key. */
+ * missing or bad key, or a count over its bound (checked before the tensor
+ * lookups that use it).  Call moe_hparams_check on the result. */
 int moe_hparams_from_gguf(moe_hparams *hp, const moe_gguf *g, moe_error *e);
-/* From a config.json text. `has_lm_head` says whether lm_head.weight exists. */
+/* From a config.json text. `has_lm_head` says whether lm_head.weight exists.
+ * Integers are accepted as JSON integers or as integral reals (4096.0), and
+ * reals as either; a value of the wrong type or out of range is refused
+ * naming the field.  Call moe_hparams_check on the result. */
 int moe_hparams_from_hf(moe_hparams *hp, const char *config_json, bool has_lm_head,
 			moe_error *e);
-/* Check internal consistency (heads divide, experts used <= experts...). */
+/* Every field on its own and with the others: counts within the MOE_HP_MAX_*
+ * bounds, reals finite and positive within theirs, heads divisible by KV
+ * heads, experts used <= experts, rotary dimensions even and <= head size,
+ * FFN widths present where layers need them...  MOE_EFORMAT naming the
+ * field (as hp->source spells it) and the problem; the caller adds the file
+ * name. */
 int moe_hparams_check(const moe_hparams *hp, moe_error *e);
+
+/* The tensors of a model file, for moe_hparams_check_tensors: `count`
+ * tensors reached by index, and a lookup by canonical name (NULL if absent). */
+typedef struct moe_tensor_set {
+	size_t count;
+	const moe_uth_tensor *(*at)(const void *ctx, size_t i);
+	const moe_uth_tensor *(*find)(const void *ctx, const char *name);
+	const void *ctx;
+} moe_tensor_set;
+/* The tensor set of an open UTH file. */
+moe_tensor_set moe_tensor_set_uth(const moe_uth *u);
+/* hparams against the tensors present: the embedding is [n_embd x n_vocab],
+ * no tensor belongs to a layer >= n_layer or an expert >= n_expert, and, for
+ * architectures the engine runs, every tensor the forward pass binds exists
+ * with the shape the hparams give (attention, biases exactly when qkv_bias,
+ * q/k norms, dense FFN or router and n_expert experts, shared expert).
+ * MOE_EFORMAT naming the tensor and the field it contradicts. */
+int moe_hparams_check_tensors(const moe_hparams *hp, const moe_tensor_set *ts, moe_error *e);
+/* Whether the engine can run these hparams: MOE_EUNSUPPORTED for an
+ * architecture that only converts, or a feature not implemented yet
+ * (llama3 RoPE scaling). */
+int moe_hparams_check_runnable(const moe_hparams *hp, moe_error *e);
+/* The three above in order (runnable only when `to_run`): what the converter
+ * (to_run false) and the loader (to_run true) call.  The caller prefixes the
+ * file name. */
+int moe_hparams_validate(const moe_hparams *hp, const moe_tensor_set *ts, bool to_run,
+			 moe_error *e);
+
 json_t *moe_hparams_to_json(const moe_hparams *hp);
+/* Reads the "hparams" object of UTH metadata and runs moe_hparams_check. */
 int moe_hparams_from_json(moe_hparams *hp, const json_t *obj, moe_error *e);
 
 /* A canonical tensor name and where it belongs. */

@@ -1,6 +1,6 @@
-# lib/convert.mk — architectures, hparams normalisation, GGUF/HF -> UTH conversion.
-noinst_HEADERS += lib/arch.h lib/convert.h
-lib_libmoecore_a_SOURCES += lib/convert/arch.c lib/convert/convert.c
+# lib/convert.mk — GGUF/HF -> UTH conversion (hparams live in lib/arch.mk).
+noinst_HEADERS += lib/convert.h
+lib_libmoecore_a_SOURCES += lib/convert/convert.c
 
 # Test helper: compares two UTH files (metadata and dequantised tensors).
 check_PROGRAMS += tests/unit/uth-diff

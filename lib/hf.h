@@ -89,6 +89,13 @@ typedef struct moe_hf {
 int moe_hf_open(moe_hf **out, const char *path, moe_error *e);
 /* Close all sources and free everything (NULL is fine). */
 void moe_hf_close(moe_hf *h);
+/* JSON written by Python may hold integers no 64-bit parser takes, such as
+ * tokenizer_config.json's "model_max_length": int(1e30).  This rewrites
+ * every integer literal outside the int64 range as a real (appending
+ * ".0"), so the file parses and the value is range-checked where it is used.
+ * *text (malloc'd, NUL-terminated) may be replaced.  moe_hf_open applies it
+ * to every JSON file it reads.  Returns 0 or MOE_ENOMEM. */
+int moe_hf_json_relax(char **text, moe_error *e);
 /* Tensor by exact name, or NULL. */
 const moe_hf_tensor *moe_hf_find(const moe_hf *h, const char *name);
 

@@ -14,6 +14,7 @@ include lib/quant.mk
 include lib/gguf.mk
 include lib/uth.mk
 include lib/hf.mk
+include lib/arch.mk
 include lib/convert.mk
 include lib/text.mk
 include lib/kernels.mk

@@ -514,6 +514,68 @@ static int source_open(source *s, const char *path, moe_error *e)
 	return moe_hf_open(&s->hf, path, e);
 }
 
+/* The plan as the tensor set the hparams are validated against: sorted by
+ * name for the lookups (add_plan_to_writer sorts it into file order later). */
+static int cmp_plan_name(const void *a, const void *b)
+{
+	return strcmp(((const plan_tensor *)a)->name, ((const plan_tensor *)b)->name);
+}
+
+static const moe_uth_tensor *plan_at(const void *ctx, size_t i)
+{
+	const plan *p = ctx;
+	return &p->t[i].desc;
+}
+
+static const moe_uth_tensor *plan_find(const void *ctx, const char *name)
+{
+	const plan *p = ctx;
+	size_t lo = 0, hi = p->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(name, p->t[mid].name);
+		if (!c)
+			return &p->t[mid].desc;
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+/* The shared validation (arch.h) on what will be written: the converter
+ * refuses what the loader would refuse, naming the file and the field. */
+static int plan_validate(plan *p, const moe_hparams *hp, moe_error *e)
+{
+	if (p->n)
+		qsort(p->t, p->n, sizeof *p->t, cmp_plan_name);
+	for (size_t i = 0; i < p->n; i++) {
+		p->t[i].desc.name = p->t[i].name;
+		if (i && !strcmp(p->t[i - 1].name, p->t[i].name))
+			return moe_err(e, MOE_EFORMAT, "%s: tensor '%s' appears twice", p->input,
+				       p->t[i].name);
+	}
+	moe_tensor_set ts = {.count = p->n, .at = plan_at, .find = plan_find, .ctx = p};
+	if (moe_hparams_validate(hp, &ts, false, e) < 0)
+		return moe_err_prefix(e, "%s", p->input);
+	return 0;
+}
+
+/* The tokenizer must have tokens, and no more than the embedding has rows
+ * (the loader refuses a token without a row). */
+static int vocab_validate(const moe_vocab_data *vd, const moe_hparams *hp, const char *input,
+			  moe_error *e)
+{
+	if (vd->model != MOE_VOCAB_NONE && vd->n_tokens == 0)
+		return moe_err(e, MOE_EFORMAT, "%s: the tokenizer's vocabulary is empty", input);
+	if (hp && vd->n_tokens > hp->n_vocab)
+		return moe_err(e, MOE_EFORMAT, "%s: the tokenizer has %u tokens but the model's "
+					       "vocabulary (embedding rows) only %u",
+			       input, vd->n_tokens, hp->n_vocab);
+	return 0;
+}
+
 static int add_plan_to_writer(plan *p, moe_uth_writer *w, moe_error *e)
 {
 	if (p->n)
@@ -569,8 +631,10 @@ static int conversion_prepare(conversion *c, const char *input, int out_type, mo
 			MOE_TRY(moe_hparams_check(&c->hp, e) < 0 ? moe_err_prefix(e, "%s", input) : 0);
 			c->has_hp = true;
 			MOE_TRY(plan_gguf(&c->plan, g, e));
+			MOE_TRY(plan_validate(&c->plan, &c->hp, e));
 		}
 		MOE_TRY(moe_vocab_data_from_gguf(&c->vd, g, &c->vocab_arena, e));
+		MOE_TRY(vocab_validate(&c->vd, c->has_hp ? &c->hp : NULL, input, e));
 	} else {
 		moe_hf *h = c->src.hf;
 		fmt = "safetensors";
@@ -595,7 +659,9 @@ static int conversion_prepare(conversion *c, const char *input, int out_type, mo
 					    &c->vocab_arena, e);
 		if (rc < 0)
 			return moe_err_prefix(e, "%s", input);
+		MOE_TRY(vocab_validate(&c->vd, &c->hp, input, e));
 		MOE_TRY(plan_hf(&c->plan, h, moe_arch_by_name(c->hp.arch), &c->hp, out_type, e));
+		MOE_TRY(plan_validate(&c->plan, &c->hp, e));
 		gen = h->generation_config_json;
 	}
 	MOE_TRY(build_meta(&c->meta, input, fmt, src_arch, c->has_hp ? &c->hp : NULL, &c->vd, name,
@@ -615,6 +681,30 @@ static int conversion_prepare(conversion *c, const char *input, int out_type, mo
 	return 0;
 }
 
+/* The output may not be a file the conversion reads: the input itself (a
+ * GGUF or an archive) or, for a snapshot directory, one of its shards.
+ * (moe_out_open refuses outputs that are not regular files.) */
+static int check_output(const conversion *c, const char *input, const char *output,
+			moe_error *e)
+{
+	struct stat so;
+	if (!strcmp(output, "-") || stat(output, &so) != 0)
+		return 0;
+	struct stat si;
+	if (stat(input, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+		return moe_err(e, MOE_EINVAL, "%s: the output is the input file", output);
+	const moe_hf *h = c->src.hf;
+	if (h && !h->is_archive)
+		for (uint32_t i = 0; i < h->n_shards; i++) {
+			char path[4096];
+			snprintf(path, sizeof path, "%s/%s", h->path, h->shards[i].name);
+			if (stat(path, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+				return moe_err(e, MOE_EINVAL, "%s: the output is an input file (%s)",
+					       output, path);
+		}
+	return 0;
+}
+
 int moe_convert(const moe_convert_opts *o, moe_error *e)
 {
 	if (!o->input || !o->output)
@@ -623,6 +713,8 @@ int moe_convert(const moe_convert_opts *o, moe_error *e)
 		return moe_err(e, MOE_EINVAL, "--type must be one of %s", MOE_CONVERT_TYPES);
 	conversion c;
 	int rc = conversion_prepare(&c, o->input, o->out_type, e);
+	if (rc == 0)
+		rc = check_output(&c, o->input, o->output, e);
 	if (rc == 0) {
 		moe_out out;
 		rc = moe_out_open(&out, o->output, e);

@@ -77,6 +77,12 @@ int moe_out_open(moe_out *o, const char *path, moe_error *e)
 			      fl >= 0 && !(fl & O_APPEND);
 		return 0;
 	}
+	/* The result replaces the target by rename: only ever a regular file
+	 * (a device node or FIFO would be replaced, not written to). */
+	struct stat tst;
+	if (stat(path, &tst) == 0 && !S_ISREG(tst.st_mode))
+		return moe_err(e, MOE_EINVAL, "%s: exists and is not a regular file (not replaced)",
+			       path);
 	o->path = strdup(path);
 	char *dircopy = strdup(path), *basecopy = strdup(path);
 	if (!o->path || !dircopy || !basecopy) {

@@ -50,14 +50,20 @@ static void file_close(moe_src *s)
 
 int moe_src_open_file(moe_src **out, const char *path, moe_error *e)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* Non-blocking, so that a FIFO (or a device) is refused below instead
+	 * of blocking open() for ever; regular files ignore the flag. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
-		return moe_err(e, MOE_EIO, "%s: %s", path, strerror(errno));
+		return moe_err(e, errno == ENOENT ? MOE_ENOTFOUND : MOE_EIO, "%s: %s", path,
+			       strerror(errno));
 	struct stat st;
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
 		return moe_err(e, MOE_EIO, "%s: not a regular file", path);
 	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
 	file_src *f = calloc(1, sizeof *f);
 	char *name = strdup(path);
 	if (!f || !name) {

@@ -9,6 +9,7 @@
  * reading in archive order costs a single pass.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,18 @@ static int ar_new_reader(moe_archive *ar, struct archive **out, moe_error *e)
 		rc = ar_lib_err(ar, a, "", e);
 		archive_read_free(a);
 		return rc;
+	}
+	/* libarchive opens the path itself, blocking: refuse a FIFO or a device
+	 * first (probed without blocking). */
+	int fd = open(ar->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat st;
+	if (fd >= 0) {
+		bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+		close(fd);
+		if (!regular) {
+			archive_read_free(a);
+			return moe_err(e, MOE_EFORMAT, "%s: not a regular file", ar->path);
+		}
 	}
 	if (archive_read_open_filename(a, ar->path, AR_BLOCK) != ARCHIVE_OK) {
 		rc = ar_lib_err(ar, a, "not a readable tar or zip archive: ", e);

@@ -270,7 +270,79 @@ static int hf_exists(hf_ctx *c, const char *name, bool *yes, moe_error *e)
 	return moe_err(e, MOE_EIO, "%s: %s", path, strerror(errno));
 }
 
-/* Read snapshot file `name` whole into *out (NULL if absent and optional). */
+/* ------------------------------------------------------- JSON from Python */
+
+/* Whether the digits of an integer literal (no sign) exceed what a 64-bit
+ * signed integer holds (jansson refuses those as "too big integer"). */
+static bool hf_int_too_big(const char *d, size_t n, bool neg)
+{
+	const char *lim = neg ? "9223372036854775808" : "9223372036854775807";
+	while (n > 1 && *d == '0')
+		d++, n--;
+	return n > 19 || (n == 19 && memcmp(d, lim, 19) > 0);
+}
+
+int moe_hf_json_relax(char **text, moe_error *e)
+{
+	char *s = *text;
+	size_t extra = 0, len = strlen(s);
+	/* Two passes over the text: count the literals to rewrite, then copy
+	 * with ".0" after each.  Numbers only occur outside strings and start
+	 * with '-' or a digit (true/false/null hold no digits). */
+	for (int pass = 0; pass < 2; pass++) {
+		char *out = NULL, *o = NULL;
+		if (pass == 1) {
+			if (!extra)
+				return 0;
+			out = malloc(len + extra + 1);
+			if (!out)
+				return moe_err(e, MOE_ENOMEM, "out of memory reading JSON");
+			o = out;
+		}
+		size_t i = 0;
+		while (i < len) {
+			char c = s[i];
+			if (c == '"') {
+				size_t j = i + 1;
+				while (j < len && s[j] != '"')
+					j += s[j] == '\\' && j + 1 < len ? 2 : 1;
+				j = j < len ? j + 1 : len;
+				if (o)
+					memcpy(o, s + i, j - i), o += j - i;
+				i = j;
+				continue;
+			}
+			if (c == '-' || (c >= '0' && c <= '9')) {
+				size_t j = i + (c == '-'), d0 = j;
+				while (j < len && s[j] >= '0' && s[j] <= '9')
+					j++;
+				bool integer = j >= len || (s[j] != '.' && s[j] != 'e' && s[j] != 'E');
+				bool big = integer && j > d0 && hf_int_too_big(s + d0, j - d0, c == '-');
+				if (o) {
+					memcpy(o, s + i, j - i), o += j - i;
+					if (big)
+						*o++ = '.', *o++ = '0';
+				} else if (big) {
+					extra += 2;
+				}
+				i = j;
+				continue;
+			}
+			if (o)
+				*o++ = c;
+			i++;
+		}
+		if (o) {
+			*o = '\0';
+			free(*text);
+			*text = out;
+		}
+	}
+	return 0;
+}
+
+/* Read snapshot file `name` whole into *out (NULL if absent and optional);
+ * integers too big for 64 bits are rewritten as reals (moe_hf_json_relax). */
 static int hf_read_json(hf_ctx *c, const char *name, bool required, char **out, moe_error *e)
 {
 	moe_archive_entry *ent;
@@ -289,7 +361,7 @@ static int hf_read_json(hf_ctx *c, const char *name, bool required, char **out, 
 				       hf_label(c, name));
 		*out = ent->data;
 		ent->data = NULL;
-		return 0;
+		return moe_hf_json_relax(out, e);
 	}
 	MOE_TRY(hf_exists(c, name, &yes, e));
 	if (!yes) {
@@ -297,7 +369,8 @@ static int hf_read_json(hf_ctx *c, const char *name, bool required, char **out, 
 			return moe_err(e, MOE_ENOTFOUND, "%s: missing %s", c->h->path, name);
 		return 0;
 	}
-	return moe_read_file(hf_label(c, name), MOE_HF_JSON_MAX, out, NULL, e);
+	MOE_TRY(moe_read_file(hf_label(c, name), MOE_HF_JSON_MAX, out, NULL, e));
+	return moe_hf_json_relax(out, e);
 }
 
 /* Open shard `name` and parse its header into p. */

@@ -192,20 +192,10 @@ int moe_model_load(moe_model **out, const char *path, moe_error *e)
 			     path, m->hp.arch);
 		goto fail;
 	}
-	/* What the buffers and the KV cache layout assume. */
-	const moe_hparams *h = &m->hp;
-	if (h->head_dim_v != h->head_dim) {
-		rc = moe_err(e, MOE_EFORMAT, "%s: hparams: value head size %u differs from key head "
-					     "size %u", path, h->head_dim_v, h->head_dim);
-		goto fail;
-	}
-	if ((h->n_expert && !h->n_ff_exp) || ((!h->n_expert || h->n_layer_dense_lead) && !h->n_ff)) {
-		rc = moe_err(e, MOE_EFORMAT, "%s: hparams: FFN width is 0 (n_ff %u, n_ff_exp %u)", path,
-			     h->n_ff, h->n_ff_exp);
-		goto fail;
-	}
-	if (m->hp.rope_scaling == MOE_ROPE_SCALING_LLAMA3) {
-		rc = moe_err(e, MOE_EUNSUPPORTED, "%s: llama3 RoPE scaling is not supported yet", path);
+	/* The validation the converter runs too (lib/arch.h). */
+	moe_tensor_set ts = moe_tensor_set_uth(m->file);
+	if ((rc = moe_hparams_validate(&m->hp, &ts, true, e)) < 0) {
+		moe_err_prefix(e, "%s", path);
 		goto fail;
 	}
 	if (moe_uth_find(m->file, "tokenizer.tokens") &&

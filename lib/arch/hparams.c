@@ -1,77 +1,18 @@
-/* arch.c — the architecture table and the normalisation of hyper-parameters
- * from GGUF keys and Hugging Face config.json into one vocabulary.
+/* hparams.c — hyper-parameters from GGUF keys and Hugging Face config.json
+ * into one vocabulary, and their JSON form in UTH metadata.
  *
  * Where both sources could disagree on conventions (which key holds the
  * expert FFN width, whether the output matrix is tied), values are derived
  * from what is unambiguous — usually the tensor shapes — so a model converted
- * from either source ends with the same hparams. */
+ * from either source ends with the same hparams.  Every value is checked for
+ * its type where it is read; ranges and consistency are checked once, by
+ * moe_hparams_check (check.c). */
 #include "arch.h"
-#include "uth.h"
+#include "gguf.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *const hf_llama[] = {"LlamaForCausalLM", "MistralForCausalLM",
-				       "MixtralForCausalLM", NULL};
-static const char *const hf_qwen2[] = {"Qwen2ForCausalLM", NULL};
-static const char *const hf_qwen2moe[] = {"Qwen2MoeForCausalLM", NULL};
-static const char *const hf_qwen3[] = {"Qwen3ForCausalLM", NULL};
-static const char *const hf_qwen3moe[] = {"Qwen3MoeForCausalLM", NULL};
-static const char *const hf_olmoe[] = {"OlmoeForCausalLM", NULL};
-static const char *const hf_deepseek2[] = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", NULL};
-static const char *const hf_phimoe[] = {"PhiMoEForCausalLM", NULL};
-static const char *const hf_granitemoe[] = {"GraniteMoeForCausalLM", NULL};
-
-/* Llama, Mistral and Mixtral share one forward pass (Mixtral = Llama with
- * expert FFNs), as in GGUF, where all three say "llama". */
-static const moe_arch_info arch_table[] = {
-	{"llama", "llama", hf_llama, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS, true, true},
-	{"qwen2", "qwen2", hf_qwen2, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_RMS, false, false},
-	{"qwen2moe", "qwen2moe", hf_qwen2moe, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_RMS, false,
-	 false},
-	{"qwen3", "qwen3", hf_qwen3, MOE_ROPE_NEOX, MOE_QK_NORM_HEAD, MOE_NORM_RMS, false, false},
-	{"qwen3moe", "qwen3moe", hf_qwen3moe, MOE_ROPE_NEOX, MOE_QK_NORM_HEAD, MOE_NORM_RMS, true,
-	 false},
-	{"olmoe", "olmoe", hf_olmoe, MOE_ROPE_NEOX, MOE_QK_NORM_FULL, MOE_NORM_RMS, false, false},
-	{"deepseek2", "deepseek2", hf_deepseek2, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,
-	 false, false},
-	{"phimoe", "phimoe", hf_phimoe, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_LAYER, true, false},
-	{"granitemoe", "granitemoe", hf_granitemoe, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,
-	 true, true},
-};
-#define N_ARCH (sizeof arch_table / sizeof arch_table[0])
-
-const moe_arch_info *moe_arch_by_name(const char *name)
-{
-	for (size_t i = 0; i < N_ARCH; i++)
-		if (!strcmp(arch_table[i].name, name))
-			return &arch_table[i];
-	return NULL;
-}
-
-const moe_arch_info *moe_arch_by_gguf(const char *gguf_arch)
-{
-	for (size_t i = 0; i < N_ARCH; i++)
-		if (!strcmp(arch_table[i].gguf_name, gguf_arch))
-			return &arch_table[i];
-	return NULL;
-}
-
-const moe_arch_info *moe_arch_by_hf(const char *hf_arch)
-{
-	for (size_t i = 0; i < N_ARCH; i++)
-		for (const char *const *n = arch_table[i].hf_names; *n; n++)
-			if (!strcmp(*n, hf_arch))
-				return &arch_table[i];
-	return NULL;
-}
-
-const char *moe_arch_supported_list(void)
-{
-	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, deepseek2, "
-	       "phimoe, granitemoe";
-}
 
 static void defaults(moe_hparams *hp, const moe_arch_info *a)
 {
@@ -134,7 +75,11 @@ static int gguf_bool(const moe_gguf *g, const char *arch, const char *key, bool 
 static uint64_t gguf_dim(const moe_gguf *g, const char *name, int dim)
 {
 	const moe_gguf_tensor *t = moe_gguf_find_tensor(g, name);
-	return t && (uint32_t)dim < t->n_dims ? t->ne[dim] : 0;
+	if (!t || (uint32_t)dim >= t->n_dims)
+		return 0;
+	/* saturated, so that a dimension over 32 bits fails the range checks
+	 * instead of wrapping into a plausible count */
+	return t->ne[dim] > UINT32_MAX ? UINT32_MAX : t->ne[dim];
 }
 
 /* First layer index at which `base` (e.g. "ffn_gate_exps") exists, or -1. */
@@ -162,6 +107,7 @@ int moe_hparams_from_gguf(moe_hparams *hp, const moe_gguf *g, moe_error *e)
 			       "%s: architecture '%s' is not supported (supported: %s)", g->name,
 			       garch, moe_arch_supported_list());
 	defaults(hp, a);
+	hp->source = MOE_HP_SRC_GGUF;
 	const char *k = a->gguf_name;
 	MOE_TRY(gguf_u32(g, k, "context_length", &hp->n_ctx_train, false, e));
 	MOE_TRY(gguf_u32(g, k, "embedding_length", &hp->n_embd, true, e));
@@ -173,12 +119,13 @@ int moe_hparams_from_gguf(moe_hparams *hp, const moe_gguf *g, moe_error *e)
 	MOE_TRY(gguf_u32(g, k, "attention.value_length", &hp->head_dim_v, false, e));
 	MOE_TRY(gguf_u32(g, k, "rope.dimension_count", &hp->n_rot, false, e));
 	MOE_TRY(gguf_f64(g, k, "rope.freq_base", &hp->rope_base, e));
-	double eps = 0;
-	MOE_TRY(gguf_f64(g, k, "attention.layer_norm_rms_epsilon", &eps, e));
-	if (eps == 0)
-		MOE_TRY(gguf_f64(g, k, "attention.layer_norm_epsilon", &eps, e));
-	if (eps > 0)
-		hp->norm_eps = eps;
+	/* whichever epsilon the file has, as it is: moe_hparams_check judges it */
+	char eps_key[128];
+	snprintf(eps_key, sizeof eps_key, "%s.attention.layer_norm_rms_epsilon", k);
+	if (moe_gguf_find(g, eps_key))
+		MOE_TRY(gguf_f64(g, k, "attention.layer_norm_rms_epsilon", &hp->norm_eps, e));
+	else
+		MOE_TRY(gguf_f64(g, k, "attention.layer_norm_epsilon", &hp->norm_eps, e));
 	MOE_TRY(gguf_u32(g, k, "expert_count", &hp->n_expert, false, e));
 	MOE_TRY(gguf_u32(g, k, "expert_used_count", &hp->n_expert_used, false, e));
 	MOE_TRY(gguf_u32(g, k, "expert_shared_count", &hp->n_expert_shared, false, e));
@@ -210,6 +157,11 @@ int moe_hparams_from_gguf(moe_hparams *hp, const moe_gguf *g, moe_error *e)
 	if (hp->rope_scaling == MOE_ROPE_SCALING_NONE)
 		hp->rope_factor = 1.0, hp->rope_orig_ctx = 0;
 
+	/* The layer count bounds the tensor lookups below: refuse an absurd
+	 * one before looping over it. */
+	if (hp->n_layer > MOE_HP_MAX_LAYERS)
+		return moe_err(e, MOE_EFORMAT, "%s: key %s.block_count is %u: at most %u layers",
+			       g->name, k, hp->n_layer, MOE_HP_MAX_LAYERS);
 	/* Shapes settle what keys leave open. */
 	hp->n_vocab = (uint32_t)gguf_dim(g, "token_embd.weight", 1);
 	if (!hp->n_vocab) {
@@ -267,6 +219,9 @@ int moe_hparams_from_gguf(moe_hparams *hp, const moe_gguf *g, moe_error *e)
 
 /* ------------------------------------------------------------ from HF */
 
+/* A count: a JSON integer, or a real with an integral value (Python writes
+ * 4096.0 for a float that holds a count); huge integers arrive as reals
+ * (moe_hf_json_relax) and are refused here by range, naming the field. */
 static int js_u32(const json_t *cfg, const char *key, uint32_t *out, bool required,
 		  moe_error *e)
 {
@@ -276,12 +231,24 @@ static int js_u32(const json_t *cfg, const char *key, uint32_t *out, bool requir
 			return moe_err(e, MOE_EFORMAT, "config.json: required field '%s' missing", key);
 		return 0;
 	}
-	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-	    json_integer_value(v) > (json_int_t)UINT32_MAX)
-		return moe_err(e, MOE_EFORMAT, "config.json: field '%s' must be a non-negative integer",
-			       key);
-	*out = (uint32_t)json_integer_value(v);
-	return 0;
+	if (json_is_integer(v)) {
+		json_int_t i = json_integer_value(v);
+		if (i < 0 || i > (json_int_t)UINT32_MAX)
+			return moe_err(e, MOE_EFORMAT, "config.json: field '%s' is %lld: must be a count "
+						       "from 0 to %u", key, (long long)i, UINT32_MAX);
+		*out = (uint32_t)i;
+		return 0;
+	}
+	if (json_is_real(v)) {
+		double d = json_real_value(v);
+		/* compared as doubles before any conversion: no float->int overflow */
+		if (!(d >= 0 && d <= (double)UINT32_MAX) || d != floor(d))
+			return moe_err(e, MOE_EFORMAT, "config.json: field '%s' is %g: must be a count "
+						       "from 0 to %u", key, d, UINT32_MAX);
+		*out = (uint32_t)d;
+		return 0;
+	}
+	return moe_err(e, MOE_EFORMAT, "config.json: field '%s' must be a non-negative integer", key);
 }
 
 static int js_f64(const json_t *cfg, const char *key, double *out, moe_error *e)
@@ -320,6 +287,7 @@ static int hf_from_config(moe_hparams *hp, const json_t *cfg, bool has_lm_head, 
 			       "config.json: architecture '%s' is not supported (supported: %s)",
 			       hf_arch, moe_arch_supported_list());
 	defaults(hp, a);
+	hp->source = MOE_HP_SRC_HF;
 	MOE_TRY(js_u32(cfg, "vocab_size", &hp->n_vocab, true, e));
 	MOE_TRY(js_u32(cfg, "max_position_embeddings", &hp->n_ctx_train, false, e));
 	MOE_TRY(js_u32(cfg, "hidden_size", &hp->n_embd, true, e));
@@ -359,8 +327,10 @@ static int hf_from_config(moe_hparams *hp, const json_t *cfg, bool has_lm_head, 
 		uint32_t n_sh = 0;
 		MOE_TRY(js_u32(cfg, "n_shared_experts", &n_sh, false, e));
 		if (n_sh) {
+			/* in 64 bits: a product over 32 bits fails the range check */
+			uint64_t w = (uint64_t)n_sh * hp->n_ff_exp;
 			hp->n_expert_shared = n_sh;
-			hp->n_ff_shexp = n_sh * hp->n_ff_exp;
+			hp->n_ff_shexp = w > UINT32_MAX ? UINT32_MAX : (uint32_t)w;
 		}
 		if (hp->n_layer_dense_lead)
 			hp->n_ff = inter;
@@ -377,7 +347,8 @@ static int hf_from_config(moe_hparams *hp, const json_t *cfg, bool has_lm_head, 
 		MOE_TRY(js_u32(cfg, "qk_rope_head_dim", &hp->rope_head_dim, false, e));
 		uint32_t nope = 0;
 		MOE_TRY(js_u32(cfg, "qk_nope_head_dim", &nope, false, e));
-		hp->head_dim = nope + hp->rope_head_dim;
+		uint64_t hd = (uint64_t)nope + hp->rope_head_dim;
+		hp->head_dim = hd > UINT32_MAX ? UINT32_MAX : (uint32_t)hd;
 		MOE_TRY(js_u32(cfg, "v_head_dim", &hp->head_dim_v, false, e));
 		hp->n_rot = hp->rope_head_dim;
 	}
@@ -423,6 +394,10 @@ static int hf_from_config(moe_hparams *hp, const json_t *cfg, bool has_lm_head, 
 	if (!hp->n_rot) {
 		double partial = 1.0;
 		MOE_TRY(js_f64(cfg, "partial_rotary_factor", &partial, e));
+		/* checked as a double before it becomes a count */
+		if (!(partial > 0 && partial <= 1))
+			return moe_err(e, MOE_EFORMAT, "config.json: field 'partial_rotary_factor' is %g: "
+						       "must be in (0, 1]", partial);
 		hp->n_rot = (uint32_t)(hp->head_dim * partial);
 	}
 	return 0;
@@ -442,29 +417,6 @@ int moe_hparams_from_hf(moe_hparams *hp, const char *config_json, bool has_lm_he
 	int rc = hf_from_config(hp, cfg, has_lm_head, e);
 	json_decref(cfg);
 	return rc;
-}
-
-int moe_hparams_check(const moe_hparams *hp, moe_error *e)
-{
-	if (!hp->n_embd || !hp->n_layer || !hp->n_head || !hp->n_vocab)
-		return moe_err(e, MOE_EFORMAT, "hparams: embedding size, layers, heads and vocabulary "
-					       "must be non-zero");
-	if (hp->n_layer > 4096 || hp->n_head > 4096 || hp->n_expert > 4096)
-		return moe_err(e, MOE_EFORMAT, "hparams: absurd layer/head/expert count");
-	if (!hp->n_head_kv || hp->n_head % hp->n_head_kv)
-		return moe_err(e, MOE_EFORMAT, "hparams: %u heads not divisible by %u KV heads",
-			       hp->n_head, hp->n_head_kv);
-	if (hp->n_expert && (!hp->n_expert_used || hp->n_expert_used > hp->n_expert))
-		return moe_err(e, MOE_EFORMAT, "hparams: %u experts used of %u", hp->n_expert_used,
-			       hp->n_expert);
-	if (!hp->n_expert && hp->n_expert_used)
-		return moe_err(e, MOE_EFORMAT, "hparams: experts used without experts");
-	if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
-		return moe_err(e, MOE_EFORMAT, "hparams: rotary dims %u invalid for head size %u",
-			       hp->n_rot, hp->head_dim);
-	if (!(hp->norm_eps > 0) || !(hp->rope_base > 0))
-		return moe_err(e, MOE_EFORMAT, "hparams: norm epsilon and RoPE base must be positive");
-	return 0;
 }
 
 /* ------------------------------------------------------------ JSON form */
@@ -612,170 +564,3 @@ int moe_hparams_from_json(moe_hparams *hp, const json_t *o, moe_error *e)
 	return moe_hparams_check(hp, e);
 }
 
-/* ------------------------------------------------------- tensor names */
-
-/* GGUF base name -> role, for names that differ from the role name. */
-static int role_of_base(const char *base, bool is_bias)
-{
-	char buf[80];
-	if (!strcmp(base, "exp_probs_b"))
-		return MOE_UTH_ROLE_FFN_EXP_PROBS_B;
-	snprintf(buf, sizeof buf, "%s%s", base, is_bias ? "_bias" : "");
-	int r = moe_uth_role_from_name(buf);
-	return r > 0 ? r : -1;
-}
-
-int moe_arch_place_canonical(const char *name, moe_tensor_place *p, moe_error *e)
-{
-	memset(p, 0, sizeof *p);
-	p->layer = p->expert = -1;
-	if (strlen(name) >= sizeof p->name)
-		return moe_err(e, MOE_EFORMAT, "tensor name '%.60s...' too long", name);
-	snprintf(p->name, sizeof p->name, "%s", name);
-	char base[64], kind[16];
-	unsigned l, x;
-	int n = 0;
-	if (sscanf(name, "blk.%u.%63[a-z_].%u.%15[a-z]%n", &l, base, &x, kind, &n) == 4 &&
-	    name[n] == '\0') {
-		p->layer = (int)l;
-		p->expert = (int)x;
-	} else if (n = 0, sscanf(name, "blk.%u.%63[a-z_0-9].%15[a-z]%n", &l, base, kind, &n) == 3 &&
-		   name[n] == '\0') {
-		p->layer = (int)l;
-	} else if (n = 0, sscanf(name, "%63[a-z_].%15[a-z]%n", base, kind, &n) == 2 &&
-		   name[n] == '\0') {
-	} else {
-		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", name);
-	}
-	if (strcmp(kind, "weight") && strcmp(kind, "bias"))
-		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", name);
-	if (p->layer > 0xFFFE || p->expert > 0xFFFE)
-		return moe_err(e, MOE_EFORMAT, "tensor '%s': layer or expert index too large", name);
-	p->role = role_of_base(base, !strcmp(kind, "bias"));
-	if (p->role < 0)
-		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': unknown tensor kind '%s'", name, base);
-	return 0;
-}
-
-/* HF suffix (after "model.layers.N.") -> GGUF base. '#' stands for the
- * expert index. */
-static const struct { const char *hf, *base; } hf_layer_map[] = {
-	{"input_layernorm", "attn_norm"},
-	{"self_attn.q_proj", "attn_q"},
-	{"self_attn.k_proj", "attn_k"},
-	{"self_attn.v_proj", "attn_v"},
-	{"self_attn.o_proj", "attn_output"},
-	{"self_attn.q_norm", "attn_q_norm"},
-	{"self_attn.k_norm", "attn_k_norm"},
-	{"self_attn.q_a_proj", "attn_q_a"},
-	{"self_attn.q_a_layernorm", "attn_q_a_norm"},
-	{"self_attn.q_b_proj", "attn_q_b"},
-	{"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"},
-	{"self_attn.kv_a_layernorm", "attn_kv_a_norm"},
-	{"self_attn.kv_b_proj", "attn_kv_b"},
-	{"post_attention_layernorm", "ffn_norm"},
-	{"mlp.gate_proj", "ffn_gate"},
-	{"mlp.up_proj", "ffn_up"},
-	{"mlp.down_proj", "ffn_down"},
-	{"mlp.gate", "ffn_gate_inp"},
-	{"block_sparse_moe.gate", "ffn_gate_inp"},
-	{"block_sparse_moe.router.layer", "ffn_gate_inp"},
-	{"mlp.experts.#.gate_proj", "ffn_gate"},
-	{"mlp.experts.#.up_proj", "ffn_up"},
-	{"mlp.experts.#.down_proj", "ffn_down"},
-	{"block_sparse_moe.experts.#.w1", "ffn_gate"},
-	{"block_sparse_moe.experts.#.w3", "ffn_up"},
-	{"block_sparse_moe.experts.#.w2", "ffn_down"},
-	{"mlp.shared_expert.gate_proj", "ffn_gate_shexp"},
-	{"mlp.shared_expert.up_proj", "ffn_up_shexp"},
-	{"mlp.shared_expert.down_proj", "ffn_down_shexp"},
-	{"mlp.shared_experts.gate_proj", "ffn_gate_shexp"},
-	{"mlp.shared_experts.up_proj", "ffn_up_shexp"},
-	{"mlp.shared_experts.down_proj", "ffn_down_shexp"},
-	{"mlp.shared_expert_gate", "ffn_gate_inp_shexp"},
-	/* GraniteMoE stacks its experts: handled by the converter. */
-	{"block_sparse_moe.input_linear", "ffn_gate_up_exps"},
-	{"block_sparse_moe.output_linear", "ffn_down_exps"},
-};
-
-/* Match `s` against pattern `pat` where '#' matches a decimal number. */
-static bool match_hash(const char *s, const char *pat, int *num)
-{
-	*num = -1;
-	while (*pat) {
-		if (*pat == '#') {
-			if (*s < '0' || *s > '9')
-				return false;
-			long v = 0;
-			while (*s >= '0' && *s <= '9') {
-				v = v * 10 + (*s++ - '0');
-				if (v > 0xFFFE)
-					return false;
-			}
-			*num = (int)v;
-			pat++;
-		} else if (*s++ != *pat++) {
-			return false;
-		}
-	}
-	return *s == '\0';
-}
-
-int moe_arch_map_hf_name(const moe_arch_info *a, const char *hf, moe_tensor_place *p,
-			 moe_error *e)
-{
-	(void)a;
-	char canon[96];
-	static const struct { const char *hf, *canon; } top[] = {
-		{"model.embed_tokens.weight", "token_embd.weight"},
-		{"model.norm.weight", "output_norm.weight"},
-		{"model.norm.bias", "output_norm.bias"},
-		{"lm_head.weight", "output.weight"},
-		{"lm_head.bias", "output.bias"},
-	};
-	for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-		if (!strcmp(hf, top[i].hf))
-			return moe_arch_place_canonical(top[i].canon, p, e);
-
-	unsigned layer;
-	int n = 0;
-	if (sscanf(hf, "model.layers.%u.%n", &layer, &n) != 1 || n == 0 || layer > 0xFFFE)
-		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", hf);
-	const char *rest = hf + n;
-	const char *dot = strrchr(rest, '.');
-	if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias") &&
-		     strcmp(dot, ".e_score_correction_bias")))
-		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", hf);
-	char stem[96];
-	size_t sl = (size_t)(dot - rest);
-	if (sl >= sizeof stem)
-		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", hf);
-	memcpy(stem, rest, sl);
-	stem[sl] = '\0';
-	if (!strcmp(dot, ".e_score_correction_bias") && !strcmp(stem, "mlp.gate")) {
-		snprintf(canon, sizeof canon, "blk.%u.exp_probs_b.bias", layer);
-		return moe_arch_place_canonical(canon, p, e);
-	}
-	const char *suffix = dot + 1;
-	for (size_t i = 0; i < sizeof hf_layer_map / sizeof hf_layer_map[0]; i++) {
-		int x;
-		if (!match_hash(stem, hf_layer_map[i].hf, &x))
-			continue;
-		const char *base = hf_layer_map[i].base;
-		if (!strcmp(base, "ffn_gate_up_exps") || !strcmp(base, "ffn_down_exps")) {
-			memset(p, 0, sizeof *p);
-			snprintf(p->name, sizeof p->name, "blk.%u.%s.%s", layer, base, suffix);
-			p->layer = (int)layer;
-			p->expert = -1;
-			p->role = !strcmp(base, "ffn_down_exps") ? MOE_UTH_ROLE_FFN_DOWN
-								 : MOE_UTH_ROLE_FFN_GATE;
-			return 0;
-		}
-		if (x >= 0)
-			snprintf(canon, sizeof canon, "blk.%u.%s.%d.%s", layer, base, x, suffix);
-		else
-			snprintf(canon, sizeof canon, "blk.%u.%s.%s", layer, base, suffix);
-		return moe_arch_place_canonical(canon, p, e);
-	}
-	return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", hf);
-}
