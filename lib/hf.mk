@@ -8,8 +8,8 @@ TESTS += tests/unit/t-hf
 tests_unit_t_hf_CFLAGS = $(AM_CFLAGS) $(ARCHIVE_CFLAGS)
 tests_unit_t_hf_LDADD = $(MOE_LIBS)
 
-# Seed corpus for the fuzzer (tiny valid and invalid files).
-EXTRA_DIST += tests/fuzz/safetensors
+# Seed corpus for the fuzzers (tiny valid and invalid files).
+EXTRA_DIST += tests/fuzz/safetensors tests/fuzz/tokenizer-json
 
 if ENABLE_FUZZ
 noinst_PROGRAMS += tests/fuzz/fuzz-safetensors
@@ -17,4 +17,9 @@ tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz-safetensors.c
 tests_fuzz_fuzz_safetensors_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_safetensors_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_safetensors_LDADD = $(MOE_LIBS)
+tests_fuzz_fuzz_tokenizer_json_SOURCES = tests/fuzz/fuzz-tokenizer-json.c
+tests_fuzz_fuzz_tokenizer_json_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_tokenizer_json_LDFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_tokenizer_json_LDADD = $(MOE_LIBS)
+noinst_PROGRAMS += tests/fuzz/fuzz-tokenizer-json
 endif

@@ -5,6 +5,7 @@
 #include "quant.h"
 #include "uth.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,15 @@ static void help(void)
 	       "Exit status: 0 success, 1 failure, 2 usage error.\n"
 	       "See moe-convert(1) and uth(5).\n",
 	       cli_prog(), cli_prog(), cli_prog());
+}
+
+/* What was printed must have arrived: a full disk or a closed descriptor
+ * is a failure, not a silent exit 0. */
+static int finish_stdout(void)
+{
+	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0)
+		die("standard output: write error: %s", errno ? strerror(errno) : "unknown error");
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -80,7 +90,7 @@ int main(int argc, char **argv)
 				die_error(&e);
 			printf("%s: OK (%llu tensors verified)\n", path, (unsigned long long)u->n_tensors);
 			moe_uth_close(u);
-			return 0;
+			return finish_stdout();
 		}
 		json_t *j;
 		if (moe_model_info(path, &j, &e) < 0)
@@ -91,7 +101,7 @@ int main(int argc, char **argv)
 			fputc('\n', stdout);
 		free(s);
 		json_decref(j);
-		return 0;
+		return finish_stdout();
 	}
 	if (json)
 		usage_error("--json goes with --info");

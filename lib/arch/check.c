@@ -104,14 +104,18 @@ static int count_in(const moe_hparams *hp, int f, uint32_t v, uint32_t lo, uint3
 	return 0;
 }
 
-/* Finite, > 0 and <= hi.  NaN fails every comparison, so !(v > 0) catches it. */
+/* Finite, > 0 and <= hi, also once rounded to the float UTH metadata stores
+ * (moe_hparams_to_json), so that the converter and the loader, which sees
+ * the rounded value, always agree.  NaN fails every comparison, so !(v > 0)
+ * catches it. */
 static int real_in(const moe_hparams *hp, int f, double v, double hi, moe_error *e)
 {
 	char nb[128];
 	if (!isfinite(v))
 		return moe_err(e, MOE_EFORMAT, "hparams: %s is %g: must be a finite number", FN(f),
 			       v);
-	if (!(v > 0) || v > hi)
+	/* |v| <= hi is far inside float range: the conversion is defined */
+	if (!(v > 0) || v > hi || !((float)v > 0) || (double)(float)v > hi)
 		return moe_err(e, MOE_EFORMAT, "hparams: %s is %g: must be > 0 and <= %g", FN(f), v,
 			       hi);
 	return 0;

@@ -358,6 +358,30 @@ static int kld_open(kld_file *k, const char *path, moe_error *e)
 	return rc;
 }
 
+/* A record's numbers before they are used: a file whose checksum is
+ * consistent may still hold NaN or Inf (written so, or crafted), which
+ * would turn every statistic into NaN.  Log-probabilities are <= 0 (a
+ * little rounding above is fine), the step is >= 0 and the row's range
+ * spans at most MOE_KLD_RANGE nats. */
+static int kld_record_check(const kld_file *k, const uint8_t *rec, uint64_t index,
+			    moe_error *e)
+{
+	int32_t top = (int32_t)get_u32(rec);
+	float lp = get_f32(rec + 4), lo = get_f32(rec + 8), step = get_f32(rec + 12);
+	if (top < 0 || (uint32_t)top >= k->n_vocab)
+		return moe_err(e, MOE_EFORMAT, "%s: record %llu: arg-max %d out of range", k->path,
+			       (unsigned long long)index, top);
+	if (!isfinite(lp) || !isfinite(lo) || !isfinite(step))
+		return moe_err(e, MOE_EFORMAT, "%s: record %llu: non-finite value (log p %g, lo %g, "
+					       "step %g)", k->path, (unsigned long long)index,
+			       (double)lp, (double)lo, (double)step);
+	if (lp > 1e-3f || step < 0 || (double)step * 65535.0 > MOE_KLD_RANGE + 1 || lo > 1e-3f)
+		return moe_err(e, MOE_EFORMAT, "%s: record %llu: values out of range (log p %g, lo "
+					       "%g, step %g)", k->path, (unsigned long long)index,
+			       (double)lp, (double)lo, (double)step);
+	return 0;
+}
+
 /* After the last record: the trailer must match everything read. */
 static int kld_check(kld_file *k, moe_error *e)
 {
@@ -529,6 +553,10 @@ int moe_bench_perplexity(const moe_model *m, const char *text, size_t len, const
 			goto out;
 		if (p->kld_in && (rc = kld_read(&kin, recs, rs * n_scored, e)) < 0)
 			goto out;
+		for (uint32_t j = 0; p->kld_in && j < n_scored; j++)
+			if ((rc = kld_record_check(&kin, recs + (size_t)j * rs,
+						   (uint64_t)c * n_scored + j, e)) < 0)
+				goto out;
 		/* the logits of position j predict token j + 1 of the text */
 		for (uint32_t j = first; j + 1 < n_ctx; j++) {
 			const float *row = logits + (size_t)j * nv;
