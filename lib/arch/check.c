@@ -39,7 +39,7 @@ static const struct { const char *uth, *gguf, *hf; } field_names[] = {
 	[F_N_EXPERT] = {"n_expert", "expert_count", "num_local_experts"},
 	[F_N_EXPERT_USED] = {"n_expert_used", "expert_used_count", "num_experts_per_tok"},
 	[F_N_FF_EXP] = {"n_ff_exp", "(ffn_up_exps.weight rows)",
-			"moe_intermediate_size' (or 'intermediate_size"},
+			"moe_intermediate_size' / 'intermediate_size"},
 	[F_N_EXPERT_SHARED] = {"n_expert_shared", "expert_shared_count", "n_shared_experts"},
 	[F_N_FF_SHEXP] = {"n_ff_shexp", "(ffn_up_shexp.weight rows)",
 			  "shared_expert_intermediate_size"},
