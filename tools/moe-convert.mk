@@ -6,3 +6,7 @@ tools_moe_convert_LDADD = $(MOE_LIBS)
 dist_man_MANS += man/moe-convert.1 man/moe.7
 TESTS += tests/cli/t0200-convert.sh tests/cli/t0210-convert-errors.sh
 EXTRA_DIST += tests/cli/t0200-convert.sh tests/cli/t0210-convert-errors.sh tests/cli/bad-inputs.py
+# Hostile input, round two: hangs, non-finite hparams, contradictions,
+# careless output paths, JSON as Python writes it.
+TESTS += tests/cli/t0220-convert-hostile.sh
+EXTRA_DIST += tests/cli/t0220-convert-hostile.sh

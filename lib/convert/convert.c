@@ -569,6 +569,13 @@ static int vocab_validate(const moe_vocab_data *vd, const moe_hparams *hp, const
 {
 	if (vd->model != MOE_VOCAB_NONE && vd->n_tokens == 0)
 		return moe_err(e, MOE_EFORMAT, "%s: the tokenizer's vocabulary is empty", input);
+	/* Only added (special) tokens: no text could be encoded. */
+	uint32_t ordinary = 0;
+	for (uint32_t i = 0; vd->model != MOE_VOCAB_NONE && vd->types && i < vd->n_tokens; i++)
+		ordinary += vd->types[i] == MOE_TOKEN_NORMAL || vd->types[i] == MOE_TOKEN_BYTE;
+	if (vd->model != MOE_VOCAB_NONE && vd->types && ordinary == 0)
+		return moe_err(e, MOE_EFORMAT, "%s: the tokenizer's vocabulary is empty (%u special "
+					       "tokens, no ordinary ones)", input, vd->n_tokens);
 	if (hp && vd->n_tokens > hp->n_vocab)
 		return moe_err(e, MOE_EFORMAT, "%s: the tokenizer has %u tokens but the model's "
 					       "vocabulary (embedding rows) only %u",
@@ -659,9 +666,9 @@ static int conversion_prepare(conversion *c, const char *input, int out_type, mo
 					    &c->vocab_arena, e);
 		if (rc < 0)
 			return moe_err_prefix(e, "%s", input);
-		MOE_TRY(vocab_validate(&c->vd, &c->hp, input, e));
 		MOE_TRY(plan_hf(&c->plan, h, moe_arch_by_name(c->hp.arch), &c->hp, out_type, e));
 		MOE_TRY(plan_validate(&c->plan, &c->hp, e));
+		MOE_TRY(vocab_validate(&c->vd, &c->hp, input, e));
 		gen = h->generation_config_json;
 	}
 	MOE_TRY(build_meta(&c->meta, input, fmt, src_arch, c->has_hp ? &c->hp : NULL, &c->vd, name,
