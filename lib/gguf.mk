@@ -12,7 +12,7 @@ EXTRA_DIST += tests/fuzz/gguf
 if ENABLE_FUZZ
 noinst_PROGRAMS += tests/fuzz/fuzz-gguf
 tests_fuzz_fuzz_gguf_SOURCES = tests/fuzz/fuzz-gguf.c
-tests_fuzz_fuzz_gguf_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_gguf_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_gguf_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_gguf_LDADD = $(MOE_LIBS)
 endif
