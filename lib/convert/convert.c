@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -383,26 +384,48 @@ static int plan_hf(plan *p, const moe_hf *h, const moe_arch_info *a, const moe_h
 
 /* ------------------------------------------------------------ metadata */
 
-static json_t *generation_json(const char *text)
+/* The sampling defaults of generation_config.json a runner can use, each
+ * range-checked as moe-run checks the same option on its command line
+ * (a count may be an integral real; nothing out of range is kept or
+ * silently dropped: it is an error naming the field). */
+static int generation_json(const char *text, const char *input, json_t **out, moe_error *e)
 {
+	static const struct { const char *key; double lo, hi; bool integral; } keys[] = {
+		{"temperature", 0, 100, false},       {"top_p", 0, 1, false},
+		{"top_k", 0, 1 << 30, true},          {"min_p", 0, 1, false},
+		{"repetition_penalty", 1e-3, 100, false}, {"max_new_tokens", 0, 1 << 30, true},
+	};
+	*out = NULL;
 	if (!text)
-		return NULL;
-	json_t *g = json_loads(text, 0, NULL);
+		return 0;
+	json_error_t je;
+	json_t *g = json_loads(text, 0, &je);
 	if (!json_is_object(g)) {
 		json_decref(g);
-		return NULL;
+		return moe_err(e, MOE_EFORMAT, "%s: generation_config.json: %s", input,
+			       g ? "not a JSON object" : je.text);
 	}
-	/* Keep the sampling defaults a runner can use. */
-	json_t *out = json_object();
-	static const char *const keys[] = {"temperature", "top_p", "top_k", "min_p",
-					   "repetition_penalty", "max_new_tokens", NULL};
-	for (int i = 0; keys[i]; i++) {
-		json_t *v = json_object_get(g, keys[i]);
-		if (json_is_number(v))
-			json_object_set(out, keys[i], v);
+	json_t *o = json_object();
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		json_t *v = json_object_get(g, keys[i].key);
+		if (!v || json_is_null(v))
+			continue;
+		double d = json_number_value(v);
+		if (!json_is_number(v) || !(d >= keys[i].lo && d <= keys[i].hi) ||
+		    (keys[i].integral && d != floor(d))) {
+			json_decref(o);
+			json_decref(g);
+			return moe_err(e, MOE_EFORMAT, "%s: generation_config.json: field '%s' must be %s "
+						       "from %g to %g", input, keys[i].key,
+				       keys[i].integral ? "an integer" : "a number", keys[i].lo,
+				       keys[i].hi);
+		}
+		json_object_set_new(o, keys[i].key, keys[i].integral ? json_integer((json_int_t)d)
+								     : json_real(d));
 	}
 	json_decref(g);
-	return out;
+	*out = o;
+	return 0;
 }
 
 static const char *base_name(const char *path, char *buf, size_t n)
@@ -436,7 +459,12 @@ static int build_meta(json_t **out, const char *input, const char *source_format
 	json_object_set_new(m, "tokenizer", tok);
 	json_object_set_new(m, "chat_template",
 			    vd->chat_template ? json_string(vd->chat_template) : json_null());
-	json_t *gen = generation_json(gen_config);
+	json_t *gen;
+	rc = generation_json(gen_config, input, &gen, e);
+	if (rc < 0) {
+		json_decref(m);
+		return rc;
+	}
 	if (gen)
 		json_object_set_new(m, "generation", gen);
 	/* What the file holds, per dtype: the "recipe" as converted. */

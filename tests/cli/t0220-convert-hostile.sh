@@ -52,6 +52,7 @@ json.dump(tc, open(d + '/tokenizer_config.json', 'w'))
 for name, text in raw.items():   # files written as text, as Python would not
     open(d + '/' + name, 'w').write(text)
 PY
+	[ $? -eq 0 ] || ok 1 "edit_snap failed (the case below tests nothing): $code"
 }
 
 # patch_gguf SRC DST KEY FORMAT VALUE: overwrite KEY's value in place
@@ -69,6 +70,7 @@ v = float(val) if fmt == 'f' else int(val)
 struct.pack_into('<' + fmt, b, i, v)
 open(dst, 'wb').write(b)
 PY
+	[ $? -eq 0 ] || ok 1 "patch_gguf failed: $*"
 }
 
 # --- hangs -------------------------------------------------------------------
@@ -126,13 +128,29 @@ fails "tokenizer.json with an empty vocabulary" "empty vocabulary" "$T/h.hf"
 edit_snap "$T/llama.hf" "$T/h.hf" "tj['model']['vocab'] = {}; tj['model']['merges'] = []"
 fails "tokenizer.json with only added tokens" "vocabulary" "$T/h.hf"
 
+# sampling defaults are checked with moe-run's command-line ranges
+for kv in "top_k 1e30" "top_k -5" "temperature 1e39" "top_p 2" "repetition_penalty 0" "max_new_tokens 1.5"; do
+	set -- $kv
+	edit_snap "$T/llama.hf" "$T/h.hf" "raw['generation_config.json'] = json.dumps({'$1': $2})"
+	fails "generation_config.json $1 $2" "'$1'" "$T/h.hf"
+done
+edit_snap "$T/llama.hf" "$T/h.hf" "raw['generation_config.json'] = '{\"temperature\": NaN}'"
+fails "generation_config.json with NaN (not JSON)" "generation_config.json" "$T/h.hf"
+
 # --- JSON as real files write it: these convert -----------------------------------------
 edit_snap "$T/llama.hf" "$T/ok.hf" "tc['model_max_length'] = int(1e30)"
 grep -q 1000000000000000019884624838656 "$T/ok.hf/tokenizer_config.json"; ok $? "tokenizer_config.json holds int(1e30)"
 converts "model_max_length int(1e30) in tokenizer_config.json" "$T/ok.hf"
 edit_snap "$T/llama.hf" "$T/ok.hf" "c['max_position_embeddings'] = float(c.get('max_position_embeddings', 2048)); c['num_attention_heads'] = float(c['num_attention_heads']); c['rope_theta'] = int(c.get('rope_theta', 10000)); c['big'] = 10**40"
 converts "counts as reals, a real as an integer, a huge unused integer" "$T/ok.hf"
-edit_snap "$T/llama.hf" "$T/ok.hf" "c['notes'] = 'x' * (1 << 20); c['deep'] = json.loads('[' * 1000 + ']' * 1000)"
+edit_snap "$T/llama.hf" "$T/ok.hf" "raw['generation_config.json'] = json.dumps({'top_k': 40.0, 'temperature': 1, 'top_p': 0.9, 'do_sample': True})"
+"$CONV" "$T/ok.hf" "$T/gen.uth" 2> "$T/err"
+"$CONV" --info --json "$T/gen.uth" > "$T/info.json" 2>> "$T/err"
+"$BIN/moe-run" -m "$T/gen.uth" --tokenize -p x > /dev/null 2>> "$T/err"
+ok $? "generation_config.json with top_k 40.0 converts ($(cat "$T/err"))"
+edit_snap "$T/llama.hf" "$T/ok.hf" "c['notes'] = 'x' * (1 << 20); raw['config.json'] = json.dumps(c)[:-1] + ', \"deep\": ' + '[' * 1000 + ']' * 1000 + '}'"
+[ $(wc -c < "$T/ok.hf/config.json") -gt 1050000 ] && grep -q '\[\[\[\[\[\[\[\[\[\[' "$T/ok.hf/config.json"
+ok $? "config.json holds a 1 MiB string and 1000-deep nesting"
 converts "a 1 MiB string and 1000-deep nesting in config.json" "$T/ok.hf"
 edit_snap "$T/llama.hf" "$T/h.hf" "raw['config.json'] = json.dumps(c)[:-1] + ', \"deep\": ' + '[' * 100000 + ']' * 100000 + '}'"
 fails "100000-deep nesting" "config.json" "$T/h.hf"
