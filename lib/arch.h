@@ -18,7 +18,6 @@
 #define MOE_ARCH_H
 
 #include "core.h"
-#include "gguf.h"
 #include "uth.h"
 
 #include <jansson.h>
@@ -111,7 +110,8 @@ typedef struct moe_hparams {
  * MOE_EUNSUPPORTED names the supported architectures; MOE_EFORMAT a
  * missing or bad key, or a count over its bound (checked before the tensor
  * lookups that use it).  Call moe_hparams_check on the result. */
-int moe_hparams_from_gguf(moe_hparams *hp, const moe_gguf *g, moe_error *e);
+struct moe_gguf; /* gguf.h: the GGUF reader is needed only by who reads GGUF */
+int moe_hparams_from_gguf(moe_hparams *hp, const struct moe_gguf *g, moe_error *e);
 /* From a config.json text. `has_lm_head` says whether lm_head.weight exists.
  * Integers are accepted as JSON integers or as integral reals (4096.0), and
  * reals as either; a value of the wrong type or out of range is refused

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct plan_tensor {
 	moe_uth_tensor desc;
@@ -723,7 +724,8 @@ static int check_output(const conversion *c, const char *input, const char *outp
 			moe_error *e)
 {
 	struct stat so;
-	if (!strcmp(output, "-") || stat(output, &so) != 0)
+	/* "-": standard output may itself be redirected onto the input */
+	if (!strcmp(output, "-") ? fstat(STDOUT_FILENO, &so) != 0 : stat(output, &so) != 0)
 		return 0;
 	struct stat si;
 	if (stat(input, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
