@@ -992,6 +992,63 @@ static void write_seeds(const char *dir)
 	}
 }
 
+/* Inputs that are not regular files are refused without blocking: a FIFO
+ * opened for reading would wait for a writer for ever (an alarm turns a
+ * regression into a failure instead of a hang). */
+static void test_not_regular(void)
+{
+	char path[600];
+	uint8_t *b;
+	size_t n;
+	char *d = mkdir_in("fifo-config");
+
+	b = st_file(A_JSON, a_data, sizeof(a_data), &n, NULL);
+	write_file(d, "model.safetensors", b, n);
+	free(b);
+	snprintf(path, sizeof(path), "%s/config.json", d);
+	if (mkfifo(path, 0600) != 0) {
+		printf("# mkfifo not permitted: FIFO cases not run\n");
+		return;
+	}
+	alarm(20);
+	expect_open_err(d, MOE_EIO, "not a regular file", "config.json is a FIFO");
+	snprintf(path, sizeof(path), "%s/snapshot.fifo", tmp);
+	mkfifo(path, 0600);
+	expect_open_err(path, MOE_EFORMAT, "not a regular file", "the snapshot path is a FIFO");
+	moe_src *src = NULL;
+	moe_error e = { 0 };
+	int rc = moe_src_open_file(&src, path, &e);
+	ok(rc == MOE_EIO && strstr(e.msg, "not a regular file"), "moe_src_open_file on a FIFO: %s",
+	   e.msg);
+	alarm(0);
+}
+
+/* JSON as Python writes it: integers beyond 64 bits become reals. */
+static void test_python_json(void)
+{
+	char *d = mkdir_in("big-int");
+	uint8_t *b;
+	size_t n;
+	moe_hf *h = NULL;
+	moe_error e = { 0 };
+
+	b = st_file(A_JSON, a_data, sizeof(a_data), &n, NULL);
+	write_file(d, "model.safetensors", b, n);
+	free(b);
+	write_str(d, "config.json", "{\"max_position_embeddings\": 1000000000000000019884624838656}");
+	write_str(d, "tokenizer_config.json",
+		  "{\"model_max_length\": 1000000000000000019884624838656, \"x\": [1, -2]}");
+	int rc = moe_hf_open(&h, d, &e);
+	ok(rc == 0, "a snapshot whose JSON holds int(1e30) opens (%s)", e.msg);
+	if (rc == 0) {
+		ok(strstr(h->tokenizer_config_json, "1000000000000000019884624838656.0") &&
+		   strstr(h->tokenizer_config_json, "[1, -2]"),
+		   "tokenizer_config.json: the huge integer is a real, the small ones unchanged: %s",
+		   h->tokenizer_config_json);
+		moe_hf_close(h);
+	}
+}
+
 int main(void)
 {
 	const char *seeds = getenv("MOE_HF_WRITE_SEEDS");
@@ -1011,6 +1068,8 @@ int main(void)
 	test_bad_safetensors();
 	test_bad_snapshots();
 	test_bad_archives();
+	test_not_regular();
+	test_python_json();
 	nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 	free(b2_data);
 	return tap_done();
