@@ -19,7 +19,7 @@
  *     kld_out it also saves the base log-probabilities, with kld_in it
  *     compares against a saved base (tokens come from the file then).
  *   - Expert statistics: moe_expert_stats_new(), pass moe_expert_stats_route
- *     and the object to moe_ctx_set_route_callback (or in moe_ppl_params),
+ *     and the object to moe_engine_set_route_callback (or in moe_ppl_params),
  *     evaluate text, then moe_expert_stats_write() the JSON.
  * Nothing here prints; formatters write to the FILE the caller gives.
  */
@@ -27,7 +27,7 @@
 #define MOE_BENCH_H
 
 #include "core.h"
-#include "model.h"
+#include "engine.h"
 
 /* ------------------------------------------------------------ statistics */
 
@@ -242,10 +242,10 @@ int moe_expert_stats_write(const moe_expert_stats *s, const json_t *info, const 
 void moe_expert_stats_free(moe_expert_stats *s);
 
 /* Evaluate a prompt and generate n_gen tokens greedily (arg-max, no end of
- * text) on ctx, a context of m, e.g. to collect expert statistics over a
+ * text) on seq, a sequence of an engine of m, e.g. to collect expert statistics over a
  * generation.  Returns 0, MOE_EINVAL (empty prompt) or the engine's error
  * (MOE_ERANGE: the context is too short). */
-int moe_bench_greedy(const moe_model *m, moe_ctx *ctx, const int32_t *prompt, size_t n_prompt,
+int moe_bench_greedy(const moe_model *m, moe_seq *seq, const int32_t *prompt, size_t n_prompt,
 		     int n_gen, moe_error *e);
 
 /* --------------------------------------------- perplexity and KL files */

@@ -572,14 +572,16 @@ static int run_expert_gen(const bench_opts *o)
 		die_error(&e);
 	int n_gen = o->gens.v[0], batch = o->batch_given ? o->batches.v[0] : 512;
 	moe_expert_stats *es;
-	moe_ctx *ctx;
-	moe_ctx_params cp = {.n_ctx = (int)(n_ids + (size_t)n_gen + 1),
-			     .n_threads = o->threads.v[0],
-			     .n_batch = batch,
-			     .kv_type = o->kv_type};
-	if (moe_expert_stats_new(&es, m, batch, &e) < 0 || moe_ctx_new(&ctx, m, &cp, &e) < 0)
+	moe_engine *eng;
+	moe_seq *ctx;
+	moe_engine_params ep = {.kv_size = (int)(n_ids + (size_t)n_gen + 1),
+				.n_threads = o->threads.v[0],
+				.n_batch = batch,
+				.kv_type = o->kv_type};
+	if (moe_expert_stats_new(&es, m, batch, &e) < 0 || moe_engine_new(&eng, m, &ep, &e) < 0 ||
+	    moe_seq_new(&ctx, eng, &e) < 0)
 		die_error(&e);
-	moe_ctx_set_route_callback(ctx, moe_expert_stats_route, es);
+	moe_engine_set_route_callback(eng, moe_expert_stats_route, es);
 	if (moe_bench_greedy(m, ctx, ids, n_ids, n_gen, &e) < 0)
 		die("%s: %s", o->models[0], e.msg);
 	write_expert_stats(es, o->models[0], "generation", o->prompt_file, o, n_gen);
@@ -587,7 +589,8 @@ static int run_expert_gen(const bench_opts *o)
 		fprintf(stderr,
 			"%s: expert statistics over %zu prompt and %d generated tokens in %s\n",
 			cli_prog(), n_ids, n_gen, o->expert_stats);
-	moe_ctx_free(ctx);
+	moe_seq_free(ctx);
+	moe_engine_free(eng);
 	moe_expert_stats_free(es);
 	moe_model_free(m);
 	free(ids);

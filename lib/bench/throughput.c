@@ -163,7 +163,8 @@ int32_t moe_bench_bos(const moe_model *m)
 
 typedef struct run_state {
 	const moe_model *m;
-	moe_ctx *ctx;
+	moe_engine *eng;
+	moe_seq *ctx;
 	int32_t *ids;
 	float *logits;
 	uint64_t rng;
@@ -184,7 +185,7 @@ static void random_ids(run_state *s, int n, bool first_bos)
 static int prompt_tokens(run_state *s, int n, moe_error *e)
 {
 	random_ids(s, n, true);
-	return moe_ctx_eval(s->ctx, s->ids, (size_t)n, s->logits, false, e);
+	return moe_seq_eval(s->ctx, s->ids, (size_t)n, s->logits, false, e);
 }
 
 /* llama-bench's test_gen: one token at a time, BOS first, random after. */
@@ -192,7 +193,7 @@ static int gen_tokens(run_state *s, int n, moe_error *e)
 {
 	int32_t tok = s->bos >= 0 ? s->bos : (int32_t)(next_rand(&s->rng) % s->n_vocab);
 	for (int i = 0; i < n; i++) {
-		MOE_TRY(moe_ctx_eval(s->ctx, &tok, 1, s->logits, false, e));
+		MOE_TRY(moe_seq_eval(s->ctx, &tok, 1, s->logits, false, e));
 		tok = (int32_t)(next_rand(&s->rng) % s->n_vocab);
 	}
 	return 0;
@@ -221,12 +222,12 @@ int moe_bench_run(const moe_model *m, const moe_bench_test *t, uint64_t *samples
 		free(s.logits);
 		return moe_err(e, MOE_ENOMEM, "out of memory");
 	}
-	moe_ctx_params cp = {.n_ctx = (int)n_ctx,
-			     .n_threads = t->n_threads,
-			     .n_batch = t->n_batch,
-			     .kv_type = t->kv_type};
-	int rc = moe_ctx_new(&s.ctx, m, &cp, e);
-	if (rc < 0)
+	moe_engine_params ep = {.kv_size = (int)n_ctx,
+				.n_threads = t->n_threads,
+				.n_batch = t->n_batch,
+				.kv_type = t->kv_type};
+	int rc = moe_engine_new(&s.eng, m, &ep, e);
+	if (rc < 0 || (rc = moe_seq_new(&s.ctx, s.eng, e)) < 0)
 		goto out;
 	/* warm-up, as llama-bench: the prompt once, one generated token */
 	if (t->n_prompt > 0 && (rc = prompt_tokens(&s, t->n_prompt, e)) < 0)
@@ -234,11 +235,11 @@ int moe_bench_run(const moe_model *m, const moe_bench_test *t, uint64_t *samples
 	if (t->n_gen > 0 && (rc = gen_tokens(&s, 1, e)) < 0)
 		goto out;
 	for (int r = 0; r < t->reps; r++) {
-		moe_ctx_truncate(s.ctx, 0);
+		moe_seq_truncate(s.ctx, 0);
 		if (t->n_depth > 0) {
 			/* the depth: a text already in the cache (random ids) */
 			random_ids(&s, t->n_depth, true);
-			if ((rc = moe_ctx_eval(s.ctx, s.ids, (size_t)t->n_depth, NULL, false, e)) <
+			if ((rc = moe_seq_eval(s.ctx, s.ids, (size_t)t->n_depth, NULL, false, e)) <
 			    0)
 				goto out;
 		}
@@ -251,7 +252,8 @@ int moe_bench_run(const moe_model *m, const moe_bench_test *t, uint64_t *samples
 		samples_ns[r] = (uint64_t)(dt * 1e9 + 0.5);
 	}
 out:
-	moe_ctx_free(s.ctx);
+	moe_seq_free(s.ctx);
+	moe_engine_free(s.eng);
 	free(s.ids);
 	free(s.logits);
 	return rc;

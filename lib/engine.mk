@@ -1,0 +1,11 @@
+# lib/engine.mk — the engine: one thread pool and scratch over a model, the
+# paged KV cache, the forward pass over steps of many sequences, requests
+# and the scheduler.
+noinst_HEADERS += lib/engine.h lib/engine/engine_int.h
+lib_libmoecore_a_SOURCES += lib/engine/engine.c lib/engine/kv.c lib/engine/forward.c \
+	lib/engine/request.c lib/engine/sched.c
+
+# Test helper: logits and greedy ids for token ids (compared with tests/ref).
+check_PROGRAMS += tests/unit/engine-run
+tests_unit_engine_run_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_unit_engine_run_LDADD = $(MOE_LIBS)
