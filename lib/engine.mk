@@ -9,3 +9,9 @@ lib_libmoecore_a_SOURCES += lib/engine/engine.c lib/engine/kv.c lib/engine/forwa
 check_PROGRAMS += tests/unit/engine-run
 tests_unit_engine_run_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_unit_engine_run_LDADD = $(MOE_LIBS)
+
+# Test helper: batch invariance, prefix sharing, pool accounting (t0430).
+check_PROGRAMS += tests/unit/engine-batch
+tests_unit_engine_batch_LDADD = $(MOE_LIBS)
+TESTS += tests/cli/t0430-engine-batch.sh
+EXTRA_DIST += tests/cli/t0430-engine-batch.sh
