@@ -52,7 +52,7 @@ typedef struct moe_engine_params {
 	int kv_size;     /* tokens the KV pool holds, all sequences together
 			  * (0: the model's training context, at most 4096) */
 	int kv_type;     /* MOE_F16 (also when 0) or MOE_Q8_0 */
-	int kv_block;    /* tokens per KV block (0: 16) */
+	int kv_block;    /* tokens per KV block (0: 64) */
 	moe_expert_store *experts; /* NULL: the model's resident store */
 } moe_engine_params;
 

@@ -54,7 +54,7 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	int kv_size = p->kv_size;
 	if (kv_size <= 0)
 		kv_size = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096;
-	int block = p->kv_block > 0 ? p->kv_block : 16;
+	int block = p->kv_block > 0 ? p->kv_block : 64;
 	int rc = 0;
 	if (p->n_batch < 0 || p->kv_size < 0 || p->kv_block < 0 || p->n_threads < 0 ||
 	    kv_size > (1 << 24) || block > 4096 || eng->n_batch > (1 << 16)) {

@@ -61,13 +61,14 @@ static int run_alone(const moe_model *m, const int32_t *prompt, float *logits, i
 /* A among OTHERS sequences on an engine with n_batch and threads; A's
  * prompt goes in chunks of `chunk`, the others' tokens around it. */
 static int run_mixed(const moe_model *m, const int32_t *prompt, int n_batch, int threads,
-		     int chunk, float *logits, int32_t *ids, float *shared_logits, moe_error *e)
+		     int chunk, int block, float *logits, int32_t *ids, float *shared_logits,
+		     moe_error *e)
 {
 	uint32_t nv = m->hp.n_vocab;
 	moe_engine *eng;
 	MOE_TRY(moe_engine_new(&eng, m,
 			       &(moe_engine_params){.n_threads = threads, .n_batch = n_batch,
-						    .kv_size = 2048},
+						    .kv_size = 2048, .kv_block = block},
 			       e));
 	moe_seq *a = NULL, *o[OTHERS] = {0};
 	int rc = moe_seq_new(&a, eng, e);
@@ -152,20 +153,21 @@ int main(int argc, char **argv)
 		ok(0, "%s: alone: %s", name, e.msg);
 		return tap_done();
 	}
-	static const struct { int n_batch, threads, chunk; } cfg[] = {
-		{256, 2, 37}, {7, 2, 5}, {64, 1, 1}, {13, 3, 11},
+	static const struct { int n_batch, threads, chunk, block; } cfg[] = {
+		{256, 2, 37, 16}, {7, 2, 5, 16}, {64, 1, 1, 64}, {13, 3, 11, 32},
 	};
 	for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
 		memset(got, 0, sz);
-		int rc = run_mixed(m, prompt, cfg[c].n_batch, cfg[c].threads, cfg[c].chunk, got, ids,
+		int rc = run_mixed(m, prompt, cfg[c].n_batch, cfg[c].threads, cfg[c].chunk, cfg[c].block, got, ids,
 				   c == 1 ? shared : NULL, &e);
 		if (rc < 0) {
 			ok(0, "%s: mixed run: %s", name, e.msg);
 			continue;
 		}
 		ok(!memcmp(ref, got, sz) && !memcmp(ids0, ids, sizeof ids),
-		   "%s: among %d others, -b %d, %d threads, prompt chunks of %d: bit-identical logits "
-		   "and greedy ids", name, OTHERS, cfg[c].n_batch, cfg[c].threads, cfg[c].chunk);
+		   "%s: among %d others, -b %d, %d threads, prompt chunks of %d, KV blocks of %d: "
+		   "bit-identical logits and greedy ids", name, OTHERS, cfg[c].n_batch,
+		   cfg[c].threads, cfg[c].chunk, cfg[c].block);
 		if (c == 1)
 			ok(!memcmp(ref, shared, nv * sizeof(float)),
 			   "%s: prefix-shared sequence: bit-identical logits", name);
