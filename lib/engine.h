@@ -125,6 +125,18 @@ void moe_seq_truncate(moe_seq *s, int pos);
  * caller gets fresh logits (a shared block that is then written is copied
  * first).  Returns the number of tokens taken (the new position). */
 int moe_seq_share_prefix(moe_seq *s, const int32_t *ids, size_t n);
+/* Prompt cache files (moe-run(1), PROMPT CACHE FILES): save the KV state of
+ * the first n_tokens positions with their token ids, zstd-compressed and
+ * XXH3-checked, tied to the model file and the KV type; written atomically.
+ * Returns 0, MOE_EINVAL, MOE_EIO or MOE_ENOMEM. */
+int moe_seq_save(moe_seq *s, int n_tokens, const char *path, moe_error *e);
+/* Load into an empty sequence the cached positions that prompt[0..n)
+ * starts with (at least one prompt token is left to evaluate); *n_loaded
+ * tells how many (0: the cache holds another beginning).  A file that is
+ * not a prompt cache, damaged, truncated (MOE_EFORMAT, MOE_ECHECKSUM) or
+ * made for another model or KV type (MOE_EINVAL) changes nothing. */
+int moe_seq_load(moe_seq *s, const char *path, const int32_t *prompt, size_t n,
+		 int *n_loaded, moe_error *e);
 /* KV blocks a sequence of n tokens needs. */
 int moe_engine_blocks_for(const moe_engine *eng, int n_tokens);
 /* Blocks that can be had now (free + cached). */

@@ -49,6 +49,7 @@ typedef struct run_opts {
 	int threads, n_ctx, n_batch, kv_type;
 	int parallel;              /* --parallel: requests decoded together */
 	bool unordered;            /* --jsonl: write results as they finish */
+	const char *prompt_cache;  /* --prompt-cache FILE */
 	bool verbose;
 	bool gen_option_given;     /* for usage checks */
 } run_opts;
@@ -61,6 +62,7 @@ typedef struct run_model {
 	moe_tokenizer *own_tok;
 	moe_engine *eng;
 	moe_sched *sched;
+	const char *prompt_cache;
 	double t_load;
 } run_model;
 
@@ -121,6 +123,8 @@ static void help(void)
 	       "  -np, --parallel=N     --jsonl: decode up to N requests together (default 1)\n"
 	       "      --unordered       --jsonl: write each result when it is done, not in\n"
 	       "                        input order\n"
+	       "      --prompt-cache=FILE  reuse the KV state of a prompt that starts the same\n"
+	       "                        way from FILE, and save this prompt's there\n"
 	       "      --kv-type=TYPE    KV cache type: f16 (default) or q8_0\n"
 	       "      --temp=T          temperature (default 0.8; 0 = greedy)\n"
 	       "      --top-k=N         keep the N most likely tokens (default 40; 0 = off)\n"
@@ -161,7 +165,7 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		OPT_ADD_SPECIAL, OPT_PARSE_SPECIAL, OPT_SHOW_PIECES, OPT_SYSTEM, OPT_TEMPLATE,
 		OPT_NO_GEN, OPT_JSONL, OPT_KV_TYPE, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P,
 		OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_PRESENCE, OPT_FREQUENCY, OPT_SEED, OPT_STOP,
-		OPT_IGNORE_EOS, OPT_VERBOSE, OPT_PARALLEL, OPT_UNORDERED,
+		OPT_IGNORE_EOS, OPT_VERBOSE, OPT_PARALLEL, OPT_UNORDERED, OPT_PROMPT_CACHE,
 	};
 	static const struct option longopts[] = {
 		{"model", required_argument, NULL, 'm'},
@@ -185,6 +189,7 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		{"kv-size", required_argument, NULL, 'c'},
 		{"parallel", required_argument, NULL, OPT_PARALLEL},
 		{"unordered", no_argument, NULL, OPT_UNORDERED},
+		{"prompt-cache", required_argument, NULL, OPT_PROMPT_CACHE},
 		{"batch-size", required_argument, NULL, 'b'},
 		{"kv-type", required_argument, NULL, OPT_KV_TYPE},
 		{"temp", required_argument, NULL, OPT_TEMP},
@@ -258,6 +263,7 @@ static void parse_args(int argc, char **argv, run_opts *o)
 			o->gen_option_given = true;
 			break;
 		case OPT_UNORDERED: o->unordered = true; o->gen_option_given = true; break;
+		case OPT_PROMPT_CACHE: o->prompt_cache = optarg; o->gen_option_given = true; break;
 		case OPT_VERBOSE: o->verbose = true; break;
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
@@ -318,6 +324,8 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		usage_error("--render-chat reads messages from -f FILE or standard input");
 	if ((o->parallel || o->unordered) && o->mode != MODE_JSONL)
 		usage_error("--parallel and --unordered go with --jsonl");
+	if (o->prompt_cache && o->mode != MODE_GENERATE)
+		usage_error("--prompt-cache goes with text generation from one prompt");
 	/* the same check as a JSON request's fields get */
 	moe_error e = {0};
 	if (moe_req_params_check(&o->rp, &e) < 0)
@@ -570,6 +578,21 @@ static void report_speed(const run_opts *o, const run_model *m, const moe_req_re
 }
 
 /* One request through the scheduler, to the end. */
+/* --prompt-cache: what FILE holds of the prompt goes into seq (a damaged or
+ * foreign file is a warning, and the prompt is computed). */
+static int cache_load(const char *path, moe_seq *seq, const int32_t *ids, size_t n)
+{
+	moe_error le = {0};
+	int loaded = 0;
+	if (access(path, F_OK) != 0)
+		return 0;
+	if (moe_seq_load(seq, path, ids, n, &loaded, &le) < 0) {
+		fprintf(stderr, "%s: warning: %s; computing the prompt\n", cli_prog(), le.msg);
+		return 0;
+	}
+	return loaded;
+}
+
 static int generate(run_model *m, const moe_req_params *rp, const char *prompt, size_t len,
 		    bool chat, moe_seq *seq, moe_req_text_fn emit, void *user, moe_req_result *res,
 		    moe_error *e)
@@ -577,6 +600,9 @@ static int generate(run_model *m, const moe_req_params *rp, const char *prompt, 
 	int32_t *ids;
 	size_t n;
 	MOE_TRY(moe_req_tokenize(m->tok, prompt, len, chat, &ids, &n, e));
+	int cached = 0;
+	if (m->prompt_cache && seq && n > 0)
+		cached = cache_load(m->prompt_cache, seq, ids, n);
 	moe_req *r;
 	moe_req_callbacks cb = {.text = emit, .user = user};
 	int rc = moe_req_new(&r, m->eng, ids, n, rp, &cb, e);
@@ -593,6 +619,10 @@ static int generate(run_model *m, const moe_req_params *rp, const char *prompt, 
 		rc = e->code ? e->code : MOE_EINTERNAL;
 	}
 	moe_req_free(r);
+	/* save the prompt's state unless the file already had all of it */
+	if (rc == 0 && m->prompt_cache && (size_t)cached + 1 < n &&
+	    moe_seq_pos(seq) >= (int)n && (rc = moe_seq_save(seq, (int)n, m->prompt_cache, e)) < 0)
+		moe_err_prefix(e, "--prompt-cache");
 	return rc;
 }
 
@@ -601,7 +631,15 @@ static int run_generate(const run_opts *o, run_model *m, moe_error *e)
 	size_t len;
 	char *prompt = read_input(o, &len);
 	moe_req_result res;
-	int rc = generate(m, &o->rp, prompt, len, false, NULL, emit_stdout, NULL, &res, e);
+	moe_seq *seq = NULL;
+	int rc = 0;
+	if (o->prompt_cache) {
+		m->prompt_cache = o->prompt_cache;
+		rc = moe_seq_new(&seq, m->eng, e);
+	}
+	if (rc == 0)
+		rc = generate(m, &o->rp, prompt, len, false, seq, emit_stdout, NULL, &res, e);
+	moe_seq_free(seq);
 	free(prompt);
 	if (rc == 0) {
 		if (isatty(STDOUT_FILENO))
