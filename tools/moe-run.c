@@ -67,6 +67,9 @@ typedef struct run_model {
 } run_model;
 
 #define INPUT_MAX ((size_t)1 << 30)
+/* Longest line --jsonl and --chat accept (a request or a message): longer
+ * ones are refused, not read into memory whole. */
+#define LINE_MAX_BYTES ((size_t)16 << 20)
 
 /* Where the demo model is installed (tools/moe-run.mk sets it from
  * $(pkgdatadir)), and the source tree's share/ (uninstalled builds). */
@@ -387,6 +390,47 @@ static void write_out(const void *p, size_t n)
 		die("write error: %s", strerror(errno));
 }
 
+static void flush_out(void)
+{
+	if (fflush(stdout) != 0)
+		die("write error: %s", strerror(errno));
+}
+
+/* One line of at most LINE_MAX_BYTES (without its end) into *buf; -1 at
+ * the end of input.  *too_long when the line was longer: its first bytes
+ * are dropped with the rest, which is read and thrown away. */
+static ssize_t read_line(FILE *f, char **buf, size_t *cap, bool *too_long)
+{
+	size_t n = 0;
+	int c;
+	*too_long = false;
+	while ((c = getc(f)) != EOF && c != '\n') {
+		if (n >= LINE_MAX_BYTES) {
+			*too_long = true;
+			continue;
+		}
+		if (n + 2 > *cap) {
+			size_t nc = *cap ? *cap * 2 : 4096;
+			char *b = realloc(*buf, nc);
+			if (!b)
+				die("out of memory");
+			*buf = b;
+			*cap = nc;
+		}
+		(*buf)[n++] = (char)c;
+	}
+	if (ferror(f))
+		die("standard input: read error: %s", strerror(errno));
+	if (c == EOF && n == 0 && !*too_long)
+		return -1;
+	if (*too_long)
+		n = 0;
+	if (!*buf && !(*buf = malloc(*cap = 4096)))
+		die("out of memory");
+	(*buf)[n] = '\0';
+	return (ssize_t)n;
+}
+
 /* ----------------------------------------------------------------- modes */
 
 /* A piece for --show-pieces: printable UTF-8 as is, the rest escaped so
@@ -539,7 +583,7 @@ static int emit_stdout(void *user, moe_req *r, const char *text, size_t len)
 {
 	(void)user, (void)r;
 	write_out(text, len);
-	fflush(stdout);
+	flush_out();
 	return 0;
 }
 
@@ -664,9 +708,14 @@ static int run_chat(const run_opts *o, run_model *m, moe_error *e)
 	for (;;) {
 		if (tty)
 			fputs("> ", stderr);
-		ssize_t r = getline(&line, &lcap, stdin);
+		bool too_long;
+		ssize_t r = read_line(stdin, &line, &lcap, &too_long);
 		if (r < 0)
 			break;
+		if (too_long) {
+			rc = moe_err(e, MOE_EINVAL, "a message longer than %zu bytes", LINE_MAX_BYTES);
+			break;
+		}
 		while (r > 0 && (line[r - 1] == '\n' || line[r - 1] == '\r'))
 			line[--r] = '\0';
 		if (r == 0)
@@ -694,8 +743,8 @@ static int run_chat(const run_opts *o, run_model *m, moe_error *e)
 			free(reply.buf);
 			break;
 		}
-		putchar('\n');
-		fflush(stdout);
+		write_out("\n", 1);
+		flush_out();
 		report_speed(o, m, &res);
 		msgs[n].role = "assistant";
 		msgs[n].content = reply.buf ? reply.buf : strdup("");
@@ -783,7 +832,7 @@ static void jsonl_flush(jsonl_batch *b)
 		free(it);
 	}
 	b->n = keep;
-	fflush(stdout);
+	flush_out();
 }
 
 static int jsonl_text(void *user, moe_req *r, const char *text, size_t len)
@@ -836,11 +885,20 @@ static int run_jsonl(const run_opts *o, run_model *m, moe_error *e)
 		for (size_t i = 0; i < b.n; i++)
 			busy += b.items[i]->req && !moe_req_done(b.items[i]->req);
 		while (!eof && busy < parallel) {
-			if ((r = getline(&line, &cap, stdin)) < 0) {
+			bool too_long;
+			if ((r = read_line(stdin, &line, &cap, &too_long)) < 0) {
 				eof = true;
 				break;
 			}
 			lineno++;
+			if (too_long) {
+				/* an error line in its place; the batch goes on */
+				jsonl_submit(&b, "", 0, lineno);
+				json_object_set_new(b.items[b.n - 1]->out, "error",
+						    json_sprintf("a request longer than %zu bytes",
+								 LINE_MAX_BYTES));
+				continue;
+			}
 			size_t len = (size_t)r;
 			while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
 				len--;
@@ -923,7 +981,8 @@ int main(int argc, char **argv)
 	case MODE_RENDER_CHAT: rc = run_render_chat(&o, &m, &e); break;
 	case MODE_NONE: break;
 	}
-	if (fflush(stdout) != 0)
+	/* a full disk or a closed pipe must not pass for success */
+	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0)
 		die("write error: %s", strerror(errno));
 	moe_sched_free(m.sched);
 	moe_engine_free(m.eng);

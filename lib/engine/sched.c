@@ -415,6 +415,16 @@ static void after_logits(moe_sched *s, moe_req *r)
 		finish(s, r, MOE_FINISH_LENGTH);
 		return;
 	}
+	/* a broken model (or file) must not pass for text: stop with an error */
+	for (uint32_t i = 0; i < nt; i++)
+		if (!isfinite(r->logits[i])) {
+			moe_error err;
+			moe_err(&err, MOE_EFORMAT, "the model computed a %s logit (token %u at position "
+				"%d): its weights are broken", isnan(r->logits[i]) ? "NaN" : "infinite", i,
+				moe_seq_pos(r->seq) - 1);
+			finish_error(s, r, &err);
+			return;
+		}
 	/* rows past the tokenizer's tokens (padding) can never be printed */
 	for (uint32_t i = nt; i < nv; i++)
 		r->logits[i] = -INFINITY;
