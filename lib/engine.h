@@ -206,10 +206,15 @@ typedef struct moe_req_result {
 	double t_prompt, t_gen;
 } moe_req_result;
 
-/* Text callback: return < 0 to stop the request (finish "abort"). */
+/* Token callback: every sampled token id with the logits it was drawn from
+ * (n_vocab floats, valid during the call), before its text; return < 0 to
+ * stop the request (finish "abort").  Text callback: the text as it becomes
+ * safe to show; return < 0 to stop.  Done: once, when the request ends. */
+typedef int (*moe_req_token_fn)(void *user, moe_req *r, int32_t id, const float *logits);
 typedef int (*moe_req_text_fn)(void *user, moe_req *r, const char *text, size_t len);
 typedef void (*moe_req_done_fn)(void *user, moe_req *r);
 typedef struct moe_req_callbacks {
+	moe_req_token_fn token; /* may be NULL */
 	moe_req_text_fn text;   /* may be NULL */
 	moe_req_done_fn done;   /* may be NULL */
 	void *user;

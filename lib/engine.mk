@@ -15,3 +15,9 @@ check_PROGRAMS += tests/unit/engine-batch
 tests_unit_engine_batch_LDADD = $(MOE_LIBS)
 TESTS += tests/cli/t0430-engine-batch.sh
 EXTRA_DIST += tests/cli/t0430-engine-batch.sh
+
+check_PROGRAMS += tests/unit/t-engine
+TESTS += tests/unit/t-engine
+tests_unit_t_engine_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_unit_t_engine_CPPFLAGS = $(AM_CPPFLAGS) -DMOE_SRC_SHAREDIR='"$(abs_top_srcdir)/share"'
+tests_unit_t_engine_LDADD = $(MOE_LIBS)

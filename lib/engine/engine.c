@@ -242,13 +242,12 @@ int moe_engine_step(moe_engine *eng, const moe_step_token *t, int n, moe_error *
 		t[i].seq->tokens[t[i].pos] = t[i].id;
 	for (int done = 0; done < n;) {
 		int B = n - done < eng->n_batch ? n - done : eng->n_batch;
-		int rc = moe_forward(eng, t + done, B, e);
-		/* what was evaluated is in the cache even if a later chunk failed */
+		/* a failed chunk leaves its sequences where they were (earlier
+		 * chunks of this step stay evaluated) */
+		MOE_TRY(moe_forward(eng, t + done, B, e));
 		for (int i = done; i < done + B; i++)
 			if (t[i].pos + 1 > t[i].seq->n_pos)
 				t[i].seq->n_pos = t[i].pos + 1;
-		if (rc < 0)
-			return rc;
 		done += B;
 	}
 	for (int i = 0; i < n; i++)

@@ -431,6 +431,10 @@ static void after_logits(moe_sched *s, moe_req *r)
 	int32_t id = moe_sampler_sample(r->sampler, r->logits);
 	moe_sampler_accept(r->sampler, id);
 	r->res.n_gen++;
+	if (r->cb.token && r->cb.token(r->cb.user, r, id, r->logits) < 0) {
+		finish(s, r, MOE_FINISH_ABORT);
+		return;
+	}
 	if (!r->p.ignore_eos && moe_tokenizer_is_eog(tok, id)) {
 		finish(s, r, MOE_FINISH_STOP);
 		return;
