@@ -125,6 +125,7 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 		rc = moe_err(e, MOE_ERANGE, "engine: scratch size overflows");
 		goto fail;
 	}
+	eng->scratch_bytes = (scratch + 127) & ~(size_t)63;
 	moe_arena *a = &eng->arena;
 #define FLOATS(n) moe_arena_alloc(a, (n) * sizeof(float), 64)
 #define INTS(n) moe_arena_alloc(a, (n) * sizeof(int32_t), 64)
@@ -140,7 +141,7 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	    !(eng->active = INTS(nx)) || !(eng->first_of = INTS(nx)) ||
 	    !(eng->count_of = INTS(nx)) ||
 	    !(eng->active_w = moe_arena_alloc(a, nx * sizeof(moe_expert), 64)) ||
-	    !(eng->scratch = moe_arena_alloc(a, scratch + 64, 64)) ||
+	    !(eng->scratch = moe_arena_alloc(a, 3 * eng->scratch_bytes, 64)) ||
 	    !(eng->att_scratch = FLOATS(nth * eng->att_stride)) ||
 	    !(eng->q_scratch = moe_arena_alloc(a, nth * eng->q_bytes, 64)) ||
 	    !(eng->par_buf = FLOATS(nth * eng->par_stride)) ||

@@ -70,7 +70,8 @@ struct moe_engine {
 	moe_expert *active_w;    /* [n_expert] their weights (expert store) */
 	int32_t *first_of, *count_of; /* [n_expert] where an expert's rows start in order, how many */
 	int32_t *order;          /* [B*k] slots sorted by expert */
-	void *scratch;           /* quantised activations for one product */
+	void *scratch;           /* quantised activations: 3 products' worth */
+	size_t scratch_bytes;    /* for one product */
 	/* attention, per thread: scores [n_ctx] + a value row [hd]; q quantised */
 	float *att_scratch;
 	size_t att_stride;

@@ -28,6 +28,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +63,55 @@ static void matmul(moe_engine *eng, const moe_weight *w, int layer, const float 
 	observe(eng, w, layer, -1, X, n);
 	moe_matmul(eng->k, eng->pool, w->dtype, w->data, w->rows, w->cols, X, w->cols, n, Y, ldy,
 		   eng->scratch);
+}
+
+/* Several products of one input, in one pool job: Y_i[n x w_i->rows] =
+ * X W_i^T.  X is quantised once per product (by the caller's thread for a
+ * few tokens, else by the pool), each into its own third of the scratch. */
+typedef struct {
+	moe_engine *eng;
+	int n_w;
+	const moe_weight *w[3];
+	float *y[3];
+	const float *x;
+	int64_t n;
+	size_t scratch_stride;
+} products_job;
+
+static void products_quantize(void *arg, int ith, int nth)
+{
+	products_job *j = arg;
+	for (int i = 0; i < j->n_w; i++)
+		moe_matmul_quantize(j->eng->k, j->w[i]->dtype, j->w[i]->cols, j->x, j->w[i]->cols, j->n,
+				    (uint8_t *)j->eng->scratch + i * j->scratch_stride, ith, nth);
+}
+
+static void products_compute(void *arg, int ith, int nth)
+{
+	products_job *j = arg;
+	for (int i = 0; i < j->n_w; i++) {
+		const moe_weight *w = j->w[i];
+		moe_matmul_compute(j->eng->k, w->dtype, w->data, w->rows, w->cols, j->x, w->cols, j->n,
+				   j->y[i], w->rows, (uint8_t *)j->eng->scratch + i * j->scratch_stride,
+				   ith, nth);
+	}
+}
+
+static void products(moe_engine *eng, int layer, const float *X, int64_t n, int n_w,
+		     const moe_weight *const *w, float *const *Y)
+{
+	products_job j = {.eng = eng, .n_w = n_w, .x = X, .n = n,
+			  .scratch_stride = eng->scratch_bytes};
+	for (int i = 0; i < n_w; i++) {
+		observe(eng, w[i], layer, -1, X, n);
+		j.w[i] = w[i];
+		j.y[i] = Y[i];
+	}
+	if (n >= 2 * (int64_t)eng->n_threads)
+		moe_pool_run(eng->pool, products_quantize, &j);
+	else
+		products_quantize(&j, 0, 1);
+	moe_pool_run(eng->pool, products_compute, &j);
 }
 
 static void row_to_float(const moe_engine *eng, int dtype, const void *src, float *dst, int64_t n)
@@ -232,9 +282,10 @@ static void attention(moe_engine *eng, int il, int B)
 
 	for (int t = 0; t < B; t++)
 		rmsnorm(eng->xn + t * E, eng->x + t * E, L->attn_norm, E, hp->norm_eps);
-	matmul(eng, &L->wq, il, eng->xn, B, eng->q, nq);
-	matmul(eng, &L->wk, il, eng->xn, B, eng->kb, kvd);
-	matmul(eng, &L->wv, il, eng->xn, B, eng->vb, kvd);
+	/* q, k and v read the same input: one job */
+	const moe_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
+	float *out[] = {eng->q, eng->kb, eng->vb};
+	products(eng, il, eng->xn, B, 3, qkv, out);
 	for (int t = 0; t < B; t++) {
 		float *q = eng->q + t * nq, *k = eng->kb + t * kvd, *v = eng->vb + t * kvd;
 		if (L->bq)
@@ -447,10 +498,13 @@ static void scatter_rows(moe_engine *eng, int a, const float *down)
 typedef struct {
 	moe_engine *eng;
 	int n_active;
+	atomic_int next;   /* the next expert to take */
 } expert_job;
 
 /* Small steps: each thread runs whole experts on its own (one pool wake per
- * layer instead of three per expert). */
+ * layer instead of three per expert), taking the next one when it is done
+ * with the last, so threads that drew experts with fewer tokens take more.
+ * Which thread runs an expert does not change its results. */
 static void expert_worker(void *arg, int ith, int nth)
 {
 	expert_job *j = arg;
@@ -460,7 +514,8 @@ static void expert_worker(void *arg, int ith, int nth)
 	float *xe = eng->par_buf + (size_t)ith * eng->par_stride;
 	float *de = xe + EXP_PAR_MAX * E, *g = de + EXP_PAR_MAX * E, *u = g + EXP_PAR_MAX * ff;
 	void *scr = eng->par_scratch + (size_t)ith * eng->par_scratch_bytes;
-	for (int a = ith; a < j->n_active; a += nth) {
+	(void)nth;
+	for (int a; (a = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_active;) {
 		const moe_expert *x = &eng->active_w[a];
 		int m = eng->count_of[a];
 		gather_rows(eng, a, xe);
@@ -485,7 +540,7 @@ static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
 	/* the seam: the store hands over every chosen expert at once */
 	MOE_TRY(eng->experts->acquire(eng->experts, il, eng->active, n_active, eng->active_w, e));
 	if (B <= EXP_PAR_MAX && !eng->observe_fn) {
-		expert_job j = {eng, n_active};
+		expert_job j = {eng, n_active, 0};
 		moe_pool_run(eng->pool, expert_worker, &j);
 	} else {
 		/* each expert over all threads, for the tokens routed to it */
