@@ -25,7 +25,8 @@
  * Batch invariance: a token's logits are bit-identical whatever else is in
  * its step (other sequences, other tokens of its own sequence), the step
  * size and the thread count: every reduction has a fixed order per output
- * element and activations are quantised per token.
+ * element and activations are quantised per token.  (The KV block size,
+ * fixed per engine, is part of that order: attention sums block by block.)
  *
  * Threads: an engine and everything made from it belong to one thread at a
  * time (the server's scheduler thread).  The model may be shared.
