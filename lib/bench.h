@@ -14,6 +14,10 @@
  *     gives the numbers a row is reported with (mean/stddev/median tokens/s,
  *     bandwidth).  moe_bench_stream() measures the memory bandwidth the
  *     bandwidth columns are a percentage of.
+ *   - Several sequences at once (-np): moe_bench_batched_run() runs
+ *     llama-batched-bench's test on an engine (N sequences prefilled
+ *     together, then decoded together) into a moe_batched_row;
+ *     moe_batched_report() writes the rows.
  *   - Perplexity and KL-divergence: moe_bench_perplexity() tokenizes a text,
  *     evaluates it chunk by chunk and fills a moe_ppl_result; with
  *     kld_out it also saves the base log-probabilities, with kld_in it
