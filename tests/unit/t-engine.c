@@ -59,6 +59,24 @@ static moe_req *req(moe_engine *eng, const int32_t *ids, size_t n, int n_predict
 	return r;
 }
 
+typedef struct obs_count {
+	int calls, expert_calls, output_calls, bad;
+	int64_t rows;
+} obs_count;
+
+static void on_observe(void *user, const moe_matmul_obs *o)
+{
+	obs_count *c = user;
+	c->calls++;
+	c->rows += o->n_rows;
+	c->expert_calls += o->expert >= 0;
+	c->output_calls += o->layer < 0;
+	/* the rows must be readable and finite: the values the kernels get */
+	for (int64_t i = 0; i < o->n_rows * o->w->cols; i++)
+		c->bad += !isfinite(o->x[i]);
+	c->bad += !o->w->name || o->n_rows < 1;
+}
+
 int main(void)
 {
 	const char *path = MOE_SRC_SHAREDIR "/moe-demo.uth";
@@ -225,6 +243,32 @@ int main(void)
 	moe_seq_free(conv);
 	moe_sched_free(s);
 	moe_engine_free(eng);
+
+	/* the activation observer sees every product; the logits do not change */
+	{
+		moe_engine *oe;
+		moe_seq *sq;
+		uint32_t nv = m->hp.n_vocab;
+		float *l0 = malloc(nv * sizeof *l0), *l1 = malloc(nv * sizeof *l1);
+		obs_count oc = {0};
+		moe_engine_new(&oe, m, &(moe_engine_params){.kv_size = 256}, &e);
+		moe_seq_new(&sq, oe, &e);
+		moe_seq_eval(sq, ids, 5, l0, false, &e);
+		moe_seq_truncate(sq, 0);
+		moe_engine_set_observer(oe, on_observe, &oc);
+		moe_seq_eval(sq, ids, 5, l1, false, &e);
+		int L = (int)m->hp.n_layer, k = (int)m->hp.n_expert_used;
+		/* per layer: q, k, v, o, router; per chosen expert gate, up, down */
+		ok(oc.calls - oc.expert_calls == 5 * L + 1 && oc.output_calls == 1 &&
+		   oc.expert_calls >= 3 * L && oc.expert_calls <= 3 * L * 5 * k && !oc.bad,
+		   "observer: %d calls (%d for experts, %d for the output), rows readable", oc.calls,
+		   oc.expert_calls, oc.output_calls);
+		ok(!memcmp(l0, l1, nv * sizeof *l0), "observer set: the same logits");
+		moe_seq_free(sq);
+		moe_engine_free(oe);
+		free(l0);
+		free(l1);
+	}
 
 	/* the one parameter check */
 	moe_req_params bad = moe_req_params_defaults();
