@@ -14,12 +14,16 @@
  *     gives the numbers a row is reported with (mean/stddev/median tokens/s,
  *     bandwidth).  moe_bench_stream() measures the memory bandwidth the
  *     bandwidth columns are a percentage of.
+ *   - Several sequences at once (-np): moe_bench_batched_run() runs
+ *     llama-batched-bench's test on an engine (N sequences prefilled
+ *     together, then decoded together) into a moe_batched_row;
+ *     moe_batched_report() writes the rows.
  *   - Perplexity and KL-divergence: moe_bench_perplexity() tokenizes a text,
  *     evaluates it chunk by chunk and fills a moe_ppl_result; with
  *     kld_out it also saves the base log-probabilities, with kld_in it
  *     compares against a saved base (tokens come from the file then).
  *   - Expert statistics: moe_expert_stats_new(), pass moe_expert_stats_route
- *     and the object to moe_ctx_set_route_callback (or in moe_ppl_params),
+ *     and the object to moe_engine_set_route_callback (or in moe_ppl_params),
  *     evaluate text, then moe_expert_stats_write() the JSON.
  * Nothing here prints; formatters write to the FILE the caller gives.
  */
@@ -27,7 +31,7 @@
 #define MOE_BENCH_H
 
 #include "core.h"
-#include "model.h"
+#include "engine.h"
 
 /* ------------------------------------------------------------ statistics */
 
@@ -214,6 +218,44 @@ void moe_bench_derive(const moe_bench_row *r, const moe_bench_env *env, double *
 int moe_bench_report(FILE *f, moe_bench_format fmt, const moe_bench_env *env,
 		     const moe_bench_row *rows, size_t n, moe_error *e);
 
+/* ------------------------------------------- several sequences (-np) */
+
+/* llama-batched-bench's test: pl sequences, each with its own pp random
+ * prompt tokens, evaluated together (n_batch tokens per step), then tg
+ * steps of one token per sequence (logits for every sequence).  Timed
+ * `reps` times after a warm-up; KV pool sized pl x (pp + tg). */
+typedef struct moe_batched_test {
+	int n_pp, n_tg, n_pl;
+	int n_batch, n_threads, kv_type;
+	int reps;
+	uint64_t seed;
+} moe_batched_test;
+
+typedef struct moe_batched_row {
+	const moe_bench_model_row *model;
+	moe_batched_test test;
+	char test_time[32];
+	uint64_t *pp_ns, *tg_ns;  /* [reps] each (owned by the caller) */
+	int n_kv;                 /* tokens in the cache at the end: pl x (pp + tg) */
+	int kv_block;             /* tokens per KV block */
+	int kv_peak_blocks;       /* most blocks in use */
+	uint64_t kv_peak_bytes;
+} moe_batched_row;
+
+/* Run the test; row->pp_ns and tg_ns must hold t->reps samples.  Returns 0,
+ * MOE_EINVAL (bad counts) or the engine's error. */
+int moe_bench_batched_run(const moe_model *m, const moe_batched_test *t, moe_batched_row *row,
+			  moe_error *e);
+/* Report the rows: md a table like llama-batched-bench's (PP, TG, B, N_KV,
+ * T_PP s, S_PP t/s, T_TG s, S_TG t/s, T s, S t/s; times are medians over the
+ * repetitions) plus the KV pool's peak; csv/json/jsonl with its JSONL names
+ * (pp, tg, pl, n_kv, t_pp, speed_pp, t_tg, speed_tg, t, speed) and ours
+ * (see moe-bench(1)).  Returns 0, MOE_EIO or MOE_ENOMEM. */
+/* The median of n samples (0 for none). */
+uint64_t moe_bench_median_ns(const uint64_t *v, size_t n);
+int moe_batched_report(FILE *f, moe_bench_format fmt, const moe_bench_env *env,
+		       const moe_batched_row *rows, size_t n, moe_error *e);
+
 /* ---------------------------------------------------- expert statistics */
 
 typedef struct moe_expert_stats moe_expert_stats;
@@ -242,10 +284,10 @@ int moe_expert_stats_write(const moe_expert_stats *s, const json_t *info, const 
 void moe_expert_stats_free(moe_expert_stats *s);
 
 /* Evaluate a prompt and generate n_gen tokens greedily (arg-max, no end of
- * text) on ctx, a context of m, e.g. to collect expert statistics over a
+ * text) on seq, a sequence of an engine of m, e.g. to collect expert statistics over a
  * generation.  Returns 0, MOE_EINVAL (empty prompt) or the engine's error
  * (MOE_ERANGE: the context is too short). */
-int moe_bench_greedy(const moe_model *m, moe_ctx *ctx, const int32_t *prompt, size_t n_prompt,
+int moe_bench_greedy(const moe_model *m, moe_seq *seq, const int32_t *prompt, size_t n_prompt,
 		     int n_gen, moe_error *e);
 
 /* --------------------------------------------- perplexity and KL files */

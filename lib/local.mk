@@ -19,4 +19,5 @@ include lib/convert.mk
 include lib/text.mk
 include lib/kernels.mk
 include lib/model.mk
+include lib/engine.mk
 include lib/bench.mk

@@ -1,13 +1,13 @@
-/* model.h — a model loaded from a UTH file, and the inference context that
- * runs it: forward pass over a batch of tokens, KV cache.
+/* model.h — a model loaded from a UTH file: hyper-parameters, tokenizer and
+ * weights bound in place, plus the expert store the forward pass asks for a
+ * layer's experts.
  *
  * How to use:
  *   moe_model *m;  moe_model_load(&m, "model.uth", &e);
- *   moe_ctx *c;    moe_ctx_new(&c, m, &(moe_ctx_params){.n_ctx = 4096}, &e);
- *   moe_ctx_eval(c, ids, n, logits, &e);   // prompt (batched) or one token
- * The model's weights stay in the mmap'ed file (never copied); the context
- * owns the KV cache, activation buffers and the thread pool.  Several
- * contexts may share one model.
+ *   ... run it with an engine (engine.h) ...
+ *   moe_model_free(m);
+ * The weights stay in the mmap'ed file (never copied) and are read-only, so
+ * any number of engines and threads may share one model.
  */
 #ifndef MOE_MODEL_H
 #define MOE_MODEL_H
@@ -18,9 +18,12 @@
 #include "text.h"
 #include "uth.h"
 
+typedef struct moe_expert_store moe_expert_store;
+
 /* A weight matrix (rows x cols, row-major, `dtype` blocks along a row) or a
  * vector (rows = 1) in the mapped file. */
 typedef struct moe_weight {
+	const char *name;  /* the tensor's name in the file ("blk.3.ffn_up.5.weight") */
 	const void *data;
 	int dtype;
 	int64_t rows, cols;
@@ -55,6 +58,7 @@ typedef struct moe_model {
 	moe_layer *layers;             /* [n_layer] */
 	void **owned;                  /* vectors converted to F32 at load */
 	size_t n_owned;
+	moe_expert_store *resident;    /* see moe_model_resident_experts */
 } moe_model;
 
 /* Open, validate and bind a model. MOE_EUNSUPPORTED for architectures the
@@ -63,40 +67,33 @@ typedef struct moe_model {
 int moe_model_load(moe_model **out, const char *path, moe_error *e);
 void moe_model_free(moe_model *m);
 
-typedef struct moe_ctx_params {
-	int n_ctx;      /* KV cache length (0: min(train context, 4096)) */
-	int n_threads;  /* 0: moe_default_threads() */
-	int n_batch;    /* tokens per forward batch (0: 256) */
-	int kv_type;    /* MOE_F16 (also when 0) or MOE_Q8_0 */
-} moe_ctx_params;
-
-typedef struct moe_ctx moe_ctx;
-
-int moe_ctx_new(moe_ctx **out, const moe_model *m, const moe_ctx_params *p, moe_error *e);
-void moe_ctx_free(moe_ctx *c);
-/* Run n tokens at the current position (prefill in batches of n_batch) and
- * advance it.  logits: NULL, or n_vocab floats for the last token, or, with
- * all_logits, n * n_vocab floats (one row per token).  MOE_ERANGE when the
- * context is full. */
-int moe_ctx_eval(moe_ctx *c, const int32_t *ids, size_t n, float *logits, bool all_logits,
-		 moe_error *e);
-/* Tokens in the cache; forget everything after `pos` (chat rewinds). */
-int moe_ctx_pos(const moe_ctx *c);
-void moe_ctx_truncate(moe_ctx *c, int pos);
-int moe_ctx_n_ctx(const moe_ctx *c);
-/* Logits per token: the model's vocabulary (rows of the embedding), which
- * may exceed the tokenizer's (padding rows). */
-uint32_t moe_ctx_n_vocab(const moe_ctx *c);
 /* Bytes of weights one decode step reads (for bandwidth figures). */
 uint64_t moe_model_active_bytes(const moe_model *m);
 
-/* Routing statistics: if set, called for every token and MoE layer with
- * the chosen experts (for moe-bench --expert-stats).  Calls come from the
- * thread that called moe_ctx_eval, layer by layer, and within a layer in
- * token order for all of the batch's tokens; consecutive layers' choices of
- * one token can therefore be paired by order. */
-typedef void (*moe_route_fn)(void *user, int layer, const int32_t *experts, const float *weights,
-			     int k);
-void moe_ctx_set_route_callback(moe_ctx *c, moe_route_fn fn, void *user);
+/* ------------------------------------------------------------ expert store
+ *
+ * The seam between the forward pass and where expert weights live.  Right
+ * after routing a layer, the engine asks the store for every expert the
+ * step's tokens chose (acquire), runs them, and gives them back (release).
+ * The resident store returns the weights in the mapped file; a streaming
+ * store may start all missing reads in acquire and block only on the ones
+ * not yet in memory.  acquire fills out[i] for ids[i] (n distinct experts of
+ * `layer`, in increasing id order); the pointers stay valid until release. */
+typedef struct moe_expert {
+	const moe_weight *gate, *up, *down;   /* [n_ff_exp x n_embd], .., [n_embd x n_ff_exp] */
+} moe_expert;
+
+struct moe_expert_store {
+	int (*acquire)(moe_expert_store *s, int layer, const int32_t *ids, int n, moe_expert *out,
+		       moe_error *e);
+	void (*release)(moe_expert_store *s, int layer, const int32_t *ids, int n);
+	void *impl;
+};
+
+/* The store that serves the model's own mapped weights (never fails).  It
+ * lives as long as the model. */
+moe_expert_store *moe_model_resident_experts(const moe_model *m);
+/* (load.c) Make m->resident; MOE_ENOMEM. */
+int moe_model_resident_new(moe_model *m, moe_error *e);
 
 #endif

@@ -29,7 +29,7 @@ typedef struct int_list {
 typedef struct bench_opts {
 	const char *models[MODELS_MAX];
 	int n_models;
-	int_list prompts, gens, threads, batches, depths;
+	int_list prompts, gens, threads, batches, depths, parallel;
 	int pg[LIST_MAX][2];
 	int n_pg;
 	int reps;
@@ -63,6 +63,9 @@ static void help(void)
 	       "  -p, --n-prompt=LIST   prompt processing of N tokens (default 512; 0: none)\n"
 	       "  -n, --n-gen=LIST      generation tests of N tokens (default 128; 0: none)\n"
 	       "  -pg, --pg=PP,TG       a test of PP prompt tokens then TG generated (repeatable)\n"
+	       "  -np, --parallel=LIST  instead: N sequences at once, each with -p prompt and\n"
+	       "                        -n generated tokens (llama-batched-bench); aggregate\n"
+	       "                        prefill and generation tokens/s per N\n"
 	       "  -d, --n-depth=LIST    run the tests after filling the context with N tokens\n"
 	       "                        (default 0)\n"
 	       "  -r, --repetitions=N   timed runs per test (default 5)\n"
@@ -132,6 +135,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		OPT_KL_BASE,
 		OPT_KL,
 		OPT_EXPERTS,
+		OPT_PARALLEL,
 	};
 	static const struct option longopts[] = {
 		{"model", required_argument, NULL, 'm'},
@@ -139,6 +143,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		{"n-gen", required_argument, NULL, 'n'},
 		{"pg", required_argument, NULL, OPT_PG},
 		{"n-depth", required_argument, NULL, 'd'},
+		{"parallel", required_argument, NULL, OPT_PARALLEL},
 		{"repetitions", required_argument, NULL, 'r'},
 		{"threads", required_argument, NULL, 't'},
 		{"batch-size", required_argument, NULL, 'b'},
@@ -172,6 +177,8 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 	for (int i = 1; i < argc; i++)
 		if (strcmp(argv[i], "-pg") == 0)
 			argv[i] = "--pg";
+		else if (strcmp(argv[i], "-np") == 0)
+			argv[i] = "--parallel";
 	while ((c = getopt_long(argc, argv, "m:p:n:d:r:t:b:o:c:f:v", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm':
@@ -210,6 +217,10 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 			throughput_opt = true;
 			break;
 		}
+		case OPT_PARALLEL:
+			parse_list("-np", optarg, 1, 4096, &o->parallel);
+			throughput_opt = true;
+			break;
 		case OPT_KV_TYPE:
 			/* f32 is not offered: the engine reads kv_type 0 (MOE_F32) as
 			 * "the default", F16 */
@@ -276,6 +287,8 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		usage_error("--stream-bw and --bw go with throughput tests");
 	if (o->prompt_file && o->gens.n > 1)
 		usage_error("-n takes one value with -f");
+	if (o->parallel.n && (o->n_pg || o->depths.n > 1 || o->depths.v[0]))
+		usage_error("-np does not go with -pg or -d");
 }
 
 static bool progress_on(const bench_opts *o)
@@ -389,6 +402,70 @@ static void run_one(const bench_opts *o, const moe_model *m, const moe_bench_mod
 			mr->info.type, name, t->n_threads, t->n_batch, d.avg_ts, d.stddev_ts,
 			d.median_ts);
 	}
+}
+
+/* -np: llama-batched-bench's test for every -p x -n x -np x -t x -b. */
+static int run_batched(const bench_opts *o, moe_bench_env *env)
+{
+	moe_error e = {0};
+	size_t n_rows = 0, cap = 0;
+	moe_batched_row *rows = NULL;
+	moe_bench_model_row *mrows = calloc((size_t)o->n_models, sizeof *mrows);
+	if (!mrows)
+		die("out of memory");
+	for (int mi = 0; mi < o->n_models; mi++) {
+		moe_bench_model_row *mr = &mrows[mi];
+		moe_model *m;
+		moe_bench_peak_rss_reset();
+		load_model(o->models[mi], &m, &mr->load_s);
+		mr->filename = o->models[mi];
+		if (moe_bench_describe(m, &mr->info, &e) < 0)
+			die_error(&e);
+		for (int ti = 0; ti < o->threads.n; ti++)
+			for (int bi = 0; bi < o->batches.n; bi++)
+				for (int pi = 0; pi < o->prompts.n; pi++)
+					for (int gi = 0; gi < o->gens.n; gi++)
+						for (int li = 0; li < o->parallel.n; li++) {
+							moe_batched_test t = {
+								.n_pp = o->prompts.v[pi],
+								.n_tg = o->gens.v[gi],
+								.n_pl = o->parallel.v[li],
+								.n_batch = o->batches.v[bi],
+								.n_threads = o->threads.v[ti],
+								.kv_type = o->kv_type ? o->kv_type : MOE_F16,
+								.reps = o->reps,
+								.seed = o->seed};
+							if (n_rows == cap &&
+							    !(rows = realloc(rows, (cap = cap * 2 + 8) *
+											   sizeof *rows)))
+								die("out of memory");
+							moe_batched_row *r = &rows[n_rows++];
+							*r = (moe_batched_row){.model = mr};
+							r->pp_ns = calloc((size_t)t.reps, sizeof *r->pp_ns);
+							r->tg_ns = calloc((size_t)t.reps, sizeof *r->tg_ns);
+							if (!r->pp_ns || !r->tg_ns)
+								die("out of memory");
+							moe_bench_time_iso(r->test_time, sizeof r->test_time);
+							if (progress_on(o))
+								fprintf(stderr, "%s: %s: pp %d tg %d x %d sequences\n",
+									cli_prog(), o->models[mi], t.n_pp, t.n_tg,
+									t.n_pl);
+							if (moe_bench_batched_run(m, &t, r, &e) < 0)
+								die("%s: %s", o->models[mi], e.msg);
+						}
+		mr->peak_rss = moe_bench_peak_rss();
+		moe_model_free(m);
+	}
+	int rc = moe_batched_report(stdout, (moe_bench_format)o->fmt, env, rows, n_rows, &e);
+	for (size_t i = 0; i < n_rows; i++) {
+		free(rows[i].pp_ns);
+		free(rows[i].tg_ns);
+	}
+	free(rows);
+	free(mrows);
+	if (rc < 0)
+		die_error(&e);
+	return 0;
 }
 
 static int run_throughput(const bench_opts *o, moe_bench_env *env)
@@ -572,14 +649,16 @@ static int run_expert_gen(const bench_opts *o)
 		die_error(&e);
 	int n_gen = o->gens.v[0], batch = o->batch_given ? o->batches.v[0] : 512;
 	moe_expert_stats *es;
-	moe_ctx *ctx;
-	moe_ctx_params cp = {.n_ctx = (int)(n_ids + (size_t)n_gen + 1),
-			     .n_threads = o->threads.v[0],
-			     .n_batch = batch,
-			     .kv_type = o->kv_type};
-	if (moe_expert_stats_new(&es, m, batch, &e) < 0 || moe_ctx_new(&ctx, m, &cp, &e) < 0)
+	moe_engine *eng;
+	moe_seq *ctx;
+	moe_engine_params ep = {.kv_size = (int)(n_ids + (size_t)n_gen + 1),
+				.n_threads = o->threads.v[0],
+				.n_batch = batch,
+				.kv_type = o->kv_type};
+	if (moe_expert_stats_new(&es, m, batch, &e) < 0 || moe_engine_new(&eng, m, &ep, &e) < 0 ||
+	    moe_seq_new(&ctx, eng, &e) < 0)
 		die_error(&e);
-	moe_ctx_set_route_callback(ctx, moe_expert_stats_route, es);
+	moe_engine_set_route_callback(eng, moe_expert_stats_route, es);
 	if (moe_bench_greedy(m, ctx, ids, n_ids, n_gen, &e) < 0)
 		die("%s: %s", o->models[0], e.msg);
 	write_expert_stats(es, o->models[0], "generation", o->prompt_file, o, n_gen);
@@ -587,7 +666,8 @@ static int run_expert_gen(const bench_opts *o)
 		fprintf(stderr,
 			"%s: expert statistics over %zu prompt and %d generated tokens in %s\n",
 			cli_prog(), n_ids, n_gen, o->expert_stats);
-	moe_ctx_free(ctx);
+	moe_seq_free(ctx);
+	moe_engine_free(eng);
 	moe_expert_stats_free(es);
 	moe_model_free(m);
 	free(ids);
@@ -613,7 +693,9 @@ int main(int argc, char **argv)
 			measure_stream(&o, &env);
 		else if (o.bw_given > 0)
 			env.stream_gbs = o.bw_given;
-		if (o.n_models > 0)
+		if (o.n_models > 0 && o.parallel.n)
+			run_batched(&o, &env);
+		else if (o.n_models > 0)
 			run_throughput(&o, &env);
 		else
 			print_stream(&o, &env);

@@ -2,13 +2,13 @@
  * (--chat), a JSONL batch (--jsonl), or the tokenizer modes (--tokenize,
  * --detokenize, --render-chat, which also work on vocabulary-only files).
  * main() parses options into a run_opts, opens the model and hands it to the
- * mode's function; the work itself is in libmoecore (generate.h, text.h).
+ * mode's function; the work itself is in libmoecore (engine.h, text.h):
+ * every generating mode submits requests to the engine's scheduler.
  * Without -m the model is $MOE_MODEL, else the demo model installed with the
  * tools (MOE_PKGDATADIR), else the one in the source tree the tools were built
  * from (MOE_SRC_SHAREDIR), so an uninstalled build runs out of the box. */
 #include "cli.h"
-#include "generate.h"
-#include "model.h"
+#include "engine.h"
 #include "quant.h"
 #include "text.h"
 #include "uth.h"
@@ -45,12 +45,12 @@ typedef struct run_opts {
 	const char *chat_template; /* --chat-template NAME */
 	bool generation_prompt;    /* --render-chat: open an assistant turn */
 	/* generation */
-	int n_predict;             /* -n: -1 = until EOS or a full context */
+	moe_req_params rp;         /* sampling, -n, --stop, --ignore-eos */
 	int threads, n_ctx, n_batch, kv_type;
-	moe_sampler_params sp;
-	const char *stop[16];
-	size_t n_stop;
-	bool ignore_eos, verbose;
+	int parallel;              /* --parallel: requests decoded together */
+	bool unordered;            /* --jsonl: write results as they finish */
+	const char *prompt_cache;  /* --prompt-cache FILE */
+	bool verbose;
 	bool gen_option_given;     /* for usage checks */
 } run_opts;
 
@@ -60,11 +60,16 @@ typedef struct run_model {
 	moe_model *model;      /* generation modes (owns its file and tokenizer) */
 	const moe_tokenizer *tok;
 	moe_tokenizer *own_tok;
-	moe_ctx *ctx;
+	moe_engine *eng;
+	moe_sched *sched;
+	const char *prompt_cache;
 	double t_load;
 } run_model;
 
 #define INPUT_MAX ((size_t)1 << 30)
+/* Longest line --jsonl and --chat accept (a request or a message): longer
+ * ones are refused, not read into memory whole. */
+#define LINE_MAX_BYTES ((size_t)16 << 20)
 
 /* Where the demo model is installed (tools/moe-run.mk sets it from
  * $(pkgdatadir)), and the source tree's share/ (uninstalled builds). */
@@ -77,22 +82,13 @@ typedef struct run_model {
  * the installed demo model, else the source tree's. */
 static const char *default_model(void)
 {
-	static char path[PATH_MAX];
-	const char *env = getenv("MOE_MODEL");
-	if (env && *env)
-		return env;
-	const char *dirs[] = {
+	static const char *const dirs[] = {
 		MOE_PKGDATADIR,
 #ifdef MOE_SRC_SHAREDIR
 		MOE_SRC_SHAREDIR,
 #endif
 	};
-	for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-		int n = snprintf(path, sizeof path, "%s/%s", dirs[i], DEMO_MODEL);
-		if (n > 0 && (size_t)n < sizeof path && access(path, R_OK) == 0)
-			return path;
-	}
-	return NULL;
+	return moe_req_default_model(dirs, sizeof dirs / sizeof dirs[0], DEMO_MODEL);
 }
 
 static void help(void)
@@ -124,9 +120,14 @@ static void help(void)
 	       "  -n, --n-predict=N     tokens to generate (default -1: until end of text or a\n"
 	       "                        full context)\n"
 	       "  -t, --threads=N       threads (default: the number of CPUs)\n"
-	       "  -c, --ctx-size=N      context length in tokens (default: the model's, at most\n"
-	       "                        4096)\n"
-	       "  -b, --batch-size=N    prompt tokens per forward batch (default 256)\n"
+	       "  -c, --ctx-size=N, --kv-size=N  tokens the KV cache holds, all sequences\n"
+	       "                        together (default: the model's context, at most 4096)\n"
+	       "  -b, --batch-size=N    tokens per forward step (default 256)\n"
+	       "  -np, --parallel=N     --jsonl: decode up to N requests together (default 1)\n"
+	       "      --unordered       --jsonl: write each result when it is done, not in\n"
+	       "                        input order\n"
+	       "      --prompt-cache=FILE  reuse the KV state of a prompt that starts the same\n"
+	       "                        way from FILE, and save this prompt's there\n"
 	       "      --kv-type=TYPE    KV cache type: f16 (default) or q8_0\n"
 	       "      --temp=T          temperature (default 0.8; 0 = greedy)\n"
 	       "      --top-k=N         keep the N most likely tokens (default 40; 0 = off)\n"
@@ -167,7 +168,7 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		OPT_ADD_SPECIAL, OPT_PARSE_SPECIAL, OPT_SHOW_PIECES, OPT_SYSTEM, OPT_TEMPLATE,
 		OPT_NO_GEN, OPT_JSONL, OPT_KV_TYPE, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P,
 		OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_PRESENCE, OPT_FREQUENCY, OPT_SEED, OPT_STOP,
-		OPT_IGNORE_EOS, OPT_VERBOSE,
+		OPT_IGNORE_EOS, OPT_VERBOSE, OPT_PARALLEL, OPT_UNORDERED, OPT_PROMPT_CACHE,
 	};
 	static const struct option longopts[] = {
 		{"model", required_argument, NULL, 'm'},
@@ -188,6 +189,10 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		{"n-predict", required_argument, NULL, 'n'},
 		{"threads", required_argument, NULL, 't'},
 		{"ctx-size", required_argument, NULL, 'c'},
+		{"kv-size", required_argument, NULL, 'c'},
+		{"parallel", required_argument, NULL, OPT_PARALLEL},
+		{"unordered", no_argument, NULL, OPT_UNORDERED},
+		{"prompt-cache", required_argument, NULL, OPT_PROMPT_CACHE},
 		{"batch-size", required_argument, NULL, 'b'},
 		{"kv-type", required_argument, NULL, OPT_KV_TYPE},
 		{"temp", required_argument, NULL, OPT_TEMP},
@@ -208,8 +213,13 @@ static void parse_args(int argc, char **argv, run_opts *o)
 	};
 	int c;
 
-	*o = (run_opts){.generation_prompt = true, .n_predict = -1, .sp = moe_sampler_defaults()};
-	o->sp.seed = (uint64_t)(moe_time_now() * 1e9);
+	*o = (run_opts){.generation_prompt = true, .rp = moe_req_params_defaults()};
+	o->rp.sampling.seed = (uint64_t)(moe_time_now() * 1e9);
+	moe_sampler_params *sp = &o->rp.sampling;
+	/* "-np N" as llama.cpp spells it: one option of two letters */
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "-np"))
+			argv[i] = "--parallel";
 	while ((c = getopt_long(argc, argv, "m:p:f:in:t:c:b:", longopts, NULL)) != -1) {
 		run_mode m = MODE_NONE;
 		if (c == 'n' || c == 't' || c == 'c' || c == 'b' ||
@@ -218,7 +228,7 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		switch (c) {
 		case 'i': m = MODE_CHAT; break;
 		case OPT_JSONL: m = MODE_JSONL; break;
-		case 'n': o->n_predict = (int)cli_parse_long("-n", optarg, -1, 1 << 30); break;
+		case 'n': o->rp.n_predict = (int)cli_parse_long("-n", optarg, INT_MIN, INT_MAX); break;
 		case 't': o->threads = (int)cli_parse_long("-t", optarg, 1, 1024); break;
 		case 'c': o->n_ctx = (int)cli_parse_long("-c", optarg, 1, 1 << 24); break;
 		case 'b': o->n_batch = (int)cli_parse_long("-b", optarg, 1, 1 << 16); break;
@@ -227,32 +237,36 @@ static void parse_args(int argc, char **argv, run_opts *o)
 			if (o->kv_type != MOE_F16 && o->kv_type != MOE_Q8_0)
 				usage_error("--kv-type must be f16 or q8_0, not '%s'", optarg);
 			break;
-		case OPT_TEMP: o->sp.temp = cli_parse_float("--temp", optarg, 0, 100); break;
-		case OPT_TOP_K: o->sp.top_k = (int)cli_parse_long("--top-k", optarg, 0, 1 << 30); break;
-		case OPT_TOP_P: o->sp.top_p = cli_parse_float("--top-p", optarg, 1e-6, 1); break;
-		case OPT_MIN_P: o->sp.min_p = cli_parse_float("--min-p", optarg, 0, 1); break;
+		case OPT_TEMP: sp->temp = cli_parse_float("--temp", optarg, -1e6, 1e6); break;
+		case OPT_TOP_K: sp->top_k = (int)cli_parse_long("--top-k", optarg, INT_MIN, INT_MAX); break;
+		case OPT_TOP_P: sp->top_p = cli_parse_float("--top-p", optarg, -1e6, 1e6); break;
+		case OPT_MIN_P: sp->min_p = cli_parse_float("--min-p", optarg, -1e6, 1e6); break;
 		case OPT_REPEAT_PENALTY:
-			o->sp.repeat_penalty = cli_parse_float("--repeat-penalty", optarg, 1e-3, 100);
+			sp->repeat_penalty = cli_parse_float("--repeat-penalty", optarg, -1e6, 1e6);
 			break;
 		case OPT_REPEAT_LAST_N:
-			o->sp.repeat_last_n = (int)cli_parse_long("--repeat-last-n", optarg, -1, 1 << 20);
+			sp->repeat_last_n = (int)cli_parse_long("--repeat-last-n", optarg, INT_MIN, INT_MAX);
 			break;
 		case OPT_PRESENCE:
-			o->sp.presence_penalty = cli_parse_float("--presence-penalty", optarg, -100, 100);
+			sp->presence_penalty = cli_parse_float("--presence-penalty", optarg, -1e6, 1e6);
 			break;
 		case OPT_FREQUENCY:
-			o->sp.frequency_penalty = cli_parse_float("--frequency-penalty", optarg, -100, 100);
+			sp->frequency_penalty = cli_parse_float("--frequency-penalty", optarg, -1e6, 1e6);
 			break;
-		case OPT_SEED: o->sp.seed = (uint64_t)cli_parse_long("--seed", optarg, 0, LONG_MAX); break;
+		case OPT_SEED: sp->seed = (uint64_t)cli_parse_long("--seed", optarg, 0, LONG_MAX); break;
 		case OPT_STOP:
-			if (o->n_stop == 16)
-				usage_error("at most 16 --stop strings");
-			if (!*optarg)
-				usage_error("--stop needs a non-empty string");
-			o->stop[o->n_stop++] = optarg;
+			if (o->rp.n_stop == MOE_REQ_MAX_STOP)
+				usage_error("at most %d --stop strings", MOE_REQ_MAX_STOP);
+			o->rp.stop[o->rp.n_stop++] = optarg;
 			o->gen_option_given = true;
 			break;
-		case OPT_IGNORE_EOS: o->ignore_eos = true; break;
+		case OPT_IGNORE_EOS: o->rp.ignore_eos = true; break;
+		case OPT_PARALLEL:
+			o->parallel = (int)cli_parse_long("--parallel", optarg, 1, 4096);
+			o->gen_option_given = true;
+			break;
+		case OPT_UNORDERED: o->unordered = true; o->gen_option_given = true; break;
+		case OPT_PROMPT_CACHE: o->prompt_cache = optarg; o->gen_option_given = true; break;
 		case OPT_VERBOSE: o->verbose = true; break;
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
@@ -311,6 +325,14 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		usage_error("--chat and --jsonl read standard input; -p and -f are for one prompt");
 	if (o->prompt && o->mode == MODE_RENDER_CHAT)
 		usage_error("--render-chat reads messages from -f FILE or standard input");
+	if ((o->parallel || o->unordered) && o->mode != MODE_JSONL)
+		usage_error("--parallel and --unordered go with --jsonl");
+	if (o->prompt_cache && o->mode != MODE_GENERATE)
+		usage_error("--prompt-cache goes with text generation from one prompt");
+	/* the same check as a JSON request's fields get */
+	moe_error e = {0};
+	if (moe_req_params_check(&o->rp, &e) < 0)
+		usage_error("%s", e.msg);
 }
 
 /* ----------------------------------------------------------------- input */
@@ -366,6 +388,47 @@ static void write_out(const void *p, size_t n)
 {
 	if (n && fwrite(p, 1, n, stdout) != n)
 		die("write error: %s", strerror(errno));
+}
+
+static void flush_out(void)
+{
+	if (fflush(stdout) != 0)
+		die("write error: %s", strerror(errno));
+}
+
+/* One line of at most LINE_MAX_BYTES (without its end) into *buf; -1 at
+ * the end of input.  *too_long when the line was longer: its first bytes
+ * are dropped with the rest, which is read and thrown away. */
+static ssize_t read_line(FILE *f, char **buf, size_t *cap, bool *too_long)
+{
+	size_t n = 0;
+	int c;
+	*too_long = false;
+	while ((c = getc(f)) != EOF && c != '\n') {
+		if (n >= LINE_MAX_BYTES) {
+			*too_long = true;
+			continue;
+		}
+		if (n + 2 > *cap) {
+			size_t nc = *cap ? *cap * 2 : 4096;
+			char *b = realloc(*buf, nc);
+			if (!b)
+				die("out of memory");
+			*buf = b;
+			*cap = nc;
+		}
+		(*buf)[n++] = (char)c;
+	}
+	if (ferror(f))
+		die("standard input: read error: %s", strerror(errno));
+	if (c == EOF && n == 0 && !*too_long)
+		return -1;
+	if (*too_long)
+		n = 0;
+	if (!*buf && !(*buf = malloc(*cap = 4096)))
+		die("out of memory");
+	(*buf)[n] = '\0';
+	return (ssize_t)n;
 }
 
 /* ----------------------------------------------------------------- modes */
@@ -477,54 +540,13 @@ static int run_detokenize(const run_opts *o, run_model *m, moe_error *e)
 	return rc;
 }
 
-/* Messages from a JSON array of {"role", "content"} (pointers into arr). */
-static int parse_messages(const json_t *arr, const char *src, moe_chat_msg **out, size_t *n,
-			  moe_error *e)
-{
-	if (!json_is_array(arr))
-		return moe_err(e, MOE_EINVAL,
-			       "%s: expected a JSON array of {\"role\", \"content\"} messages", src);
-	size_t i;
-	json_t *v;
-	moe_chat_msg *msgs = calloc(json_array_size(arr) + 1, sizeof *msgs);
-	if (!msgs)
-		die("out of memory");
-	json_array_foreach(arr, i, v) {
-		msgs[i].role = json_string_value(json_object_get(v, "role"));
-		msgs[i].content = json_string_value(json_object_get(v, "content"));
-		if (!msgs[i].role || !msgs[i].content) {
-			free(msgs);
-			return moe_err(e, MOE_EINVAL,
-				       "%s: message %zu: needs string \"role\" and \"content\"", src, i);
-		}
-	}
-	*out = msgs;
-	*n = json_array_size(arr);
-	return 0;
-}
-
 /* The prompt text for a conversation, with the model's template (or
  * --chat-template) and its own BOS/EOS texts. */
 static int render_prompt(const run_opts *o, const moe_tokenizer *tok, const moe_chat_msg *msgs,
 			 size_t n, bool gen_prompt, char **out, size_t *len, moe_error *e)
 {
-	moe_chat_template tmpl;
-	if (o->chat_template)
-		tmpl = (moe_chat_template)moe_chat_template_from_name(o->chat_template);
-	else
-		tmpl = moe_chat_detect(moe_tokenizer_chat_template(tok), NULL);
-	char *bos = NULL, *eos = NULL;
-	size_t tl;
-	const char *t = moe_tokenizer_token_text(tok, moe_tokenizer_special(tok, MOE_SPECIAL_BOS), &tl);
-	if (t)
-		bos = strndup(t, tl);
-	t = moe_tokenizer_token_text(tok, moe_tokenizer_special(tok, MOE_SPECIAL_EOS), &tl);
-	if (t)
-		eos = strndup(t, tl);
-	int rc = moe_chat_render(tmpl, msgs, n, o->system, gen_prompt, bos, eos, out, len, e);
-	free(bos);
-	free(eos);
-	return rc;
+	return moe_req_render_chat(tok, msgs, n, o->system, o->chat_template, gen_prompt, out, len,
+				   e);
 }
 
 static int run_render_chat(const run_opts *o, run_model *m, moe_error *e)
@@ -540,7 +562,7 @@ static int run_render_chat(const run_opts *o, run_model *m, moe_error *e)
 	/* An array of messages, or an object with "messages". */
 	json_t *arr = json_is_object(root) ? json_object_get(root, "messages") : root;
 	moe_chat_msg *msgs;
-	int rc = parse_messages(arr, src, &msgs, &n, e);
+	int rc = moe_req_parse_messages(arr, src, &msgs, &n, e);
 	if (rc == 0) {
 		char *out;
 		size_t ol;
@@ -557,11 +579,11 @@ static int run_render_chat(const run_opts *o, run_model *m, moe_error *e)
 
 /* ------------------------------------------------------------ generation */
 
-static int emit_stdout(void *user, const char *text, size_t len)
+static int emit_stdout(void *user, moe_req *r, const char *text, size_t len)
 {
-	(void)user;
+	(void)user, (void)r;
 	write_out(text, len);
-	fflush(stdout);
+	flush_out();
 	return 0;
 }
 
@@ -571,7 +593,7 @@ typedef struct {
 	bool echo; /* also stream to stdout */
 } text_buf;
 
-static int emit_buffer(void *user, const char *text, size_t len)
+static int emit_buffer(void *user, moe_req *r, const char *text, size_t len)
 {
 	text_buf *b = user;
 	if (b->len + len + 1 > b->cap) {
@@ -584,11 +606,11 @@ static int emit_buffer(void *user, const char *text, size_t len)
 	b->len += len;
 	b->buf[b->len] = '\0';
 	if (b->echo)
-		emit_stdout(NULL, text, len);
+		emit_stdout(NULL, r, text, len);
 	return 0;
 }
 
-static void report_speed(const run_opts *o, const run_model *m, const moe_gen_result *r)
+static void report_speed(const run_opts *o, const run_model *m, const moe_req_result *r)
 {
 	if (!o->verbose)
 		return;
@@ -599,38 +621,69 @@ static void report_speed(const run_opts *o, const run_model *m, const moe_gen_re
 		r->t_gen > 0 ? r->n_gen / r->t_gen : 0.0, moe_finish_name(r->finish));
 }
 
-static int generate(run_model *m, const moe_sampler_params *sp, const moe_gen_params *gp,
-		    const char *prompt, size_t len, bool add_special, moe_gen_emit_fn emit,
-		    void *user, moe_gen_result *res, moe_error *e)
+/* One request through the scheduler, to the end. */
+/* --prompt-cache: what FILE holds of the prompt goes into seq (a damaged or
+ * foreign file is a warning, and the prompt is computed). */
+static int cache_load(const char *path, moe_seq *seq, const int32_t *ids, size_t n)
+{
+	moe_error le = {0};
+	int loaded = 0;
+	if (access(path, F_OK) != 0)
+		return 0;
+	if (moe_seq_load(seq, path, ids, n, &loaded, &le) < 0) {
+		fprintf(stderr, "%s: warning: %s; computing the prompt\n", cli_prog(), le.msg);
+		return 0;
+	}
+	return loaded;
+}
+
+static int generate(run_model *m, const moe_req_params *rp, const char *prompt, size_t len,
+		    bool chat, moe_seq *seq, moe_req_text_fn emit, void *user, moe_req_result *res,
+		    moe_error *e)
 {
 	int32_t *ids;
 	size_t n;
-	/* As llama.cpp: BOS when the tokenizer asks for it, special-token text
-	 * in prompts is parsed (chat templates rely on it). */
-	MOE_TRY(moe_tokenizer_encode(m->tok, prompt, len, add_special, true, &ids, &n, e));
-	moe_sampler *s;
-	int rc = moe_sampler_new(&s, sp, (int)moe_ctx_n_vocab(m->ctx), e);
-	if (rc == 0) {
-		rc = moe_generate(m->ctx, m->tok, s, ids, n, gp, emit, user, res, e);
-		moe_sampler_free(s);
-	}
+	MOE_TRY(moe_req_tokenize(m->tok, prompt, len, chat, &ids, &n, e));
+	int cached = 0;
+	if (m->prompt_cache && seq && n > 0)
+		cached = cache_load(m->prompt_cache, seq, ids, n);
+	moe_req *r;
+	moe_req_callbacks cb = {.text = emit, .user = user};
+	int rc = moe_req_new(&r, m->eng, ids, n, rp, &cb, e);
 	free(ids);
+	if (rc < 0)
+		return rc;
+	if (seq)
+		moe_req_use_seq(r, seq);
+	if ((rc = moe_sched_submit(m->sched, r, e)) == 0)
+		rc = moe_sched_run(m->sched, e);
+	*res = *moe_req_get_result(r);
+	if (rc == 0 && res->finish == MOE_FINISH_ERROR) {
+		*e = res->error;
+		rc = e->code ? e->code : MOE_EINTERNAL;
+	}
+	moe_req_free(r);
+	/* save the prompt's state unless the file already had all of it */
+	if (rc == 0 && m->prompt_cache && (size_t)cached + 1 < n &&
+	    moe_seq_pos(seq) >= (int)n && (rc = moe_seq_save(seq, (int)n, m->prompt_cache, e)) < 0)
+		moe_err_prefix(e, "--prompt-cache");
 	return rc;
-}
-
-static moe_gen_params gen_params(const run_opts *o)
-{
-	return (moe_gen_params){.n_predict = o->n_predict, .stop = o->stop, .n_stop = o->n_stop,
-				.ignore_eos = o->ignore_eos};
 }
 
 static int run_generate(const run_opts *o, run_model *m, moe_error *e)
 {
 	size_t len;
 	char *prompt = read_input(o, &len);
-	moe_gen_params gp = gen_params(o);
-	moe_gen_result res;
-	int rc = generate(m, &o->sp, &gp, prompt, len, true, emit_stdout, NULL, &res, e);
+	moe_req_result res;
+	moe_seq *seq = NULL;
+	int rc = 0;
+	if (o->prompt_cache) {
+		m->prompt_cache = o->prompt_cache;
+		rc = moe_seq_new(&seq, m->eng, e);
+	}
+	if (rc == 0)
+		rc = generate(m, &o->rp, prompt, len, false, seq, emit_stdout, NULL, &res, e);
+	moe_seq_free(seq);
 	free(prompt);
 	if (rc == 0) {
 		if (isatty(STDOUT_FILENO))
@@ -641,9 +694,11 @@ static int run_generate(const run_opts *o, run_model *m, moe_error *e)
 }
 
 /* One user message per input line; the conversation is rendered anew each
- * turn and the context reuses the tokens it already holds. */
+ * turn and runs on one sequence, which keeps the tokens the turns share. */
 static int run_chat(const run_opts *o, run_model *m, moe_error *e)
 {
+	moe_seq *seq;
+	MOE_TRY(moe_seq_new(&seq, m->eng, e));
 	moe_chat_msg *msgs = NULL;
 	size_t n = 0, cap = 0;
 	char *line = NULL;
@@ -653,9 +708,14 @@ static int run_chat(const run_opts *o, run_model *m, moe_error *e)
 	for (;;) {
 		if (tty)
 			fputs("> ", stderr);
-		ssize_t r = getline(&line, &lcap, stdin);
+		bool too_long;
+		ssize_t r = read_line(stdin, &line, &lcap, &too_long);
 		if (r < 0)
 			break;
+		if (too_long) {
+			rc = moe_err(e, MOE_EINVAL, "a message longer than %zu bytes", LINE_MAX_BYTES);
+			break;
+		}
 		while (r > 0 && (line[r - 1] == '\n' || line[r - 1] == '\r'))
 			line[--r] = '\0';
 		if (r == 0)
@@ -676,16 +736,15 @@ static int run_chat(const run_opts *o, run_model *m, moe_error *e)
 		if ((rc = render_prompt(o, m->tok, msgs, n, true, &prompt, &plen, e)) < 0)
 			break;
 		text_buf reply = {.echo = true};
-		moe_gen_params gp = gen_params(o);
-		moe_gen_result res;
-		rc = generate(m, &o->sp, &gp, prompt, plen, false, emit_buffer, &reply, &res, e);
+		moe_req_result res;
+		rc = generate(m, &o->rp, prompt, plen, true, seq, emit_buffer, &reply, &res, e);
 		free(prompt);
 		if (rc < 0) {
 			free(reply.buf);
 			break;
 		}
-		putchar('\n');
-		fflush(stdout);
+		write_out("\n", 1);
+		flush_out();
 		report_speed(o, m, &res);
 		msgs[n].role = "assistant";
 		msgs[n].content = reply.buf ? reply.buf : strdup("");
@@ -697,160 +756,166 @@ static int run_chat(const run_opts *o, run_model *m, moe_error *e)
 		free((char *)msgs[i].content);
 	free(msgs);
 	free(line);
+	moe_seq_free(seq);
 	return rc;
 }
 
-/* Per-request sampling fields override the command line's. */
-static int jsonl_params(const json_t *req, const run_opts *o, moe_sampler_params *sp,
-			moe_gen_params *gp, const char **stops, moe_error *e)
+/* --jsonl: one result line per request line, in input order (or as they
+ * finish with --unordered); up to --parallel requests decode together.  A
+ * bad request gets an error object and the batch goes on. */
+typedef struct jsonl_item {
+	long lineno;
+	json_t *out;          /* the result line, once known */
+	json_t *id;           /* the request's "id" */
+	moe_req *req;
+	text_buf text;
+	struct jsonl_batch *batch;
+} jsonl_item;
+
+typedef struct jsonl_batch {
+	const run_opts *o;
+	run_model *m;
+	jsonl_item **items;   /* not yet written, input order */
+	size_t n, cap;
+} jsonl_batch;
+
+static void jsonl_error(jsonl_item *it, const char *msg)
 {
-	*sp = o->sp;
-	*gp = gen_params(o);
-	static const struct { const char *key; int kind; size_t off; } fields[] = {
-		{"temperature", 0, offsetof(moe_sampler_params, temp)},
-		{"temp", 0, offsetof(moe_sampler_params, temp)},
-		{"top_p", 0, offsetof(moe_sampler_params, top_p)},
-		{"min_p", 0, offsetof(moe_sampler_params, min_p)},
-		{"repeat_penalty", 0, offsetof(moe_sampler_params, repeat_penalty)},
-		{"presence_penalty", 0, offsetof(moe_sampler_params, presence_penalty)},
-		{"frequency_penalty", 0, offsetof(moe_sampler_params, frequency_penalty)},
-		{"top_k", 1, offsetof(moe_sampler_params, top_k)},
-		{"repeat_last_n", 1, offsetof(moe_sampler_params, repeat_last_n)},
-	};
-	for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-		json_t *v = json_object_get(req, fields[i].key);
-		if (!v)
-			continue;
-		if (!json_is_number(v))
-			return moe_err(e, MOE_EINVAL, "\"%s\" must be a number", fields[i].key);
-		if (fields[i].kind == 0)
-			*(float *)((char *)sp + fields[i].off) = (float)json_number_value(v);
-		else
-			*(int *)((char *)sp + fields[i].off) = (int)json_number_value(v);
-	}
-	json_t *v = json_object_get(req, "seed");
-	if (v) {
-		if (!json_is_integer(v) || json_integer_value(v) < 0)
-			return moe_err(e, MOE_EINVAL, "\"seed\" must be a non-negative integer");
-		sp->seed = (uint64_t)json_integer_value(v);
-	}
-	v = json_object_get(req, "n_predict");
-	if (!v)
-		v = json_object_get(req, "max_tokens");
-	if (v) {
-		if (!json_is_integer(v) || json_integer_value(v) < -1 || json_integer_value(v) > INT_MAX)
-			return moe_err(e, MOE_EINVAL, "\"n_predict\" must be an integer >= -1");
-		gp->n_predict = (int)json_integer_value(v);
-	}
-	v = json_object_get(req, "stop");
-	if (v) {
-		size_t k = 0;
-		if (json_is_string(v)) {
-			stops[k++] = json_string_value(v);
-		} else if (json_is_array(v) && json_array_size(v) <= 16) {
-			size_t i;
-			json_t *sv;
-			json_array_foreach(v, i, sv) {
-				if (!json_is_string(sv) || !*json_string_value(sv))
-					return moe_err(e, MOE_EINVAL, "\"stop\" entries must be non-empty strings");
-				stops[k++] = json_string_value(sv);
-			}
-		} else {
-			return moe_err(e, MOE_EINVAL, "\"stop\" must be a string or an array of at most 16");
-		}
-		gp->stop = stops;
-		gp->n_stop = k;
-	}
-	return 0;
+	it->out = json_object();
+	if (it->id)
+		json_object_set(it->out, "id", it->id);
+	json_object_set_new(it->out, "error", json_string(msg));
+	json_object_set_new(it->out, "line", json_integer(it->lineno));
 }
 
-static int jsonl_one(const run_opts *o, run_model *m, const char *line, size_t len, json_t **out,
-		     moe_error *e)
+static void jsonl_done(void *user, moe_req *r)
 {
-	json_error_t je;
-	json_t *req = json_loadb(line, len, 0, &je);
-	if (!json_is_object(req)) {
-		json_decref(req);
-		return req ? moe_err(e, MOE_EINVAL, "a request must be a JSON object")
-			   : moe_err(e, MOE_EINVAL, "invalid JSON: %s", je.text);
+	jsonl_item *it = user;
+	const moe_req_result *res = moe_req_get_result(r);
+	if (res->finish == MOE_FINISH_ERROR) {
+		jsonl_error(it, res->error.msg);
+		return;
 	}
-	moe_sampler_params sp;
-	moe_gen_params gp;
-	const char *stops[16];
-	int rc = jsonl_params(req, o, &sp, &gp, stops, e);
-	char *prompt = NULL;
-	size_t plen = 0;
-	bool chat = false;
-	json_t *pj = json_object_get(req, "prompt"), *mj = json_object_get(req, "messages");
-	if (rc == 0 && json_is_string(pj) && !mj) {
-		prompt = strdup(json_string_value(pj));
-		plen = json_string_length(pj);
-	} else if (rc == 0 && mj && !pj) {
-		moe_chat_msg *msgs;
-		size_t n;
-		rc = parse_messages(mj, "\"messages\"", &msgs, &n, e);
-		if (rc == 0) {
-			rc = render_prompt(o, m->tok, msgs, n, true, &prompt, &plen, e);
-			free(msgs);
-			chat = true;
-		}
-	} else if (rc == 0) {
-		rc = moe_err(e, MOE_EINVAL, "a request needs a string \"prompt\" or a \"messages\" array");
-	}
-	text_buf text = {0};
-	moe_gen_result res;
-	if (rc == 0)
-		rc = generate(m, &sp, &gp, prompt, plen, !chat, emit_buffer, &text, &res, e);
-	if (rc == 0) {
-		*out = json_object();
-		if (json_object_get(req, "id"))
-			json_object_set(*out, "id", json_object_get(req, "id"));
-		json_object_set_new(*out, "text", json_stringn(text.buf ? text.buf : "", text.len));
-		json_object_set_new(*out, "tokens", json_integer((json_int_t)res.n_gen));
-		json_object_set_new(*out, "prompt_tokens", json_integer((json_int_t)res.n_prompt));
-		json_object_set_new(*out, "finish_reason", json_string(moe_finish_name(res.finish)));
-		report_speed(o, m, &res);
-	}
-	free(text.buf);
-	free(prompt);
-	json_decref(req);
-	return rc;
+	it->out = json_object();
+	if (it->id)
+		json_object_set(it->out, "id", it->id);
+	json_object_set_new(it->out, "text", json_stringn(it->text.buf ? it->text.buf : "",
+							  it->text.len));
+	json_object_set_new(it->out, "tokens", json_integer((json_int_t)res->n_gen));
+	json_object_set_new(it->out, "prompt_tokens", json_integer((json_int_t)res->n_prompt));
+	json_object_set_new(it->out, "finish_reason", json_string(moe_finish_name(res->finish)));
+	report_speed(it->batch->o, it->batch->m, res);
 }
 
-/* One result line per request line; a bad request gets an error object
- * and the batch goes on. */
-static int run_jsonl(const run_opts *o, run_model *m, moe_error *e)
+/* Write finished results: the leading ones (in order), or all (unordered). */
+static void jsonl_flush(jsonl_batch *b)
 {
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t r;
-	long lineno = 0;
-	while ((r = getline(&line, &cap, stdin)) >= 0) {
-		lineno++;
-		size_t len = (size_t)r;
-		while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-			len--;
-		if (len == 0)
+	size_t keep = 0;
+	bool blocked = false;
+	for (size_t i = 0; i < b->n; i++) {
+		jsonl_item *it = b->items[i];
+		if (!it->out || (blocked && !b->o->unordered)) {
+			blocked = true;
+			b->items[keep++] = it;
 			continue;
-		json_t *out = NULL;
-		moe_error le = {0};
-		if (jsonl_one(o, m, line, len, &out, &le) < 0) {
-			out = json_object();
-			json_object_set_new(out, "error", json_string(le.msg));
-			json_object_set_new(out, "line", json_integer(lineno));
 		}
-		char *s = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
-		json_decref(out);
+		char *s = json_dumps(it->out, JSON_COMPACT | JSON_ENSURE_ASCII);
 		if (!s)
 			die("out of memory");
 		write_out(s, strlen(s));
 		write_out("\n", 1);
-		fflush(stdout);
 		free(s);
+		json_decref(it->out);
+		json_decref(it->id);
+		moe_req_free(it->req);
+		free(it->text.buf);
+		free(it);
 	}
+	b->n = keep;
+	flush_out();
+}
+
+static int jsonl_text(void *user, moe_req *r, const char *text, size_t len)
+{
+	return emit_buffer(&((jsonl_item *)user)->text, r, text, len);
+}
+
+/* Parse one line into a submitted request (or an error result). */
+static void jsonl_submit(jsonl_batch *b, const char *line, size_t len, long lineno)
+{
+	jsonl_item *it = calloc(1, sizeof *it);
+	if (!it || (b->n == b->cap && !(b->items = realloc(b->items, (b->cap = b->cap * 2 + 16) *
+								       sizeof *b->items))))
+		die("out of memory");
+	b->items[b->n++] = it;
+	it->lineno = lineno;
+	it->batch = b;
+	moe_req_defaults d = {b->o->rp, b->o->system, b->o->chat_template};
+	moe_req_input in;
+	moe_error le = {0};
+	if (moe_req_parse(line, len, b->m->tok, &d, &in, &le) < 0) {
+		jsonl_error(it, le.msg);
+		return;
+	}
+	if (in.id)
+		it->id = json_incref(in.id);
+	int32_t *ids = NULL;
+	size_t n;
+	moe_req_callbacks cb = {.text = jsonl_text, .done = jsonl_done, .user = it};
+	if (moe_req_tokenize(b->m->tok, in.prompt, in.prompt_len, in.chat, &ids, &n, &le) < 0 ||
+	    moe_req_new(&it->req, b->m->eng, ids, n, &in.params, &cb, &le) < 0 ||
+	    moe_sched_submit(b->m->sched, it->req, &le) < 0)
+		jsonl_error(it, le.msg);
+	free(ids);
+	moe_req_input_free(&in);
+}
+
+static int run_jsonl(const run_opts *o, run_model *m, moe_error *e)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t r = 0;
+	long lineno = 0;
+	int parallel = o->parallel > 0 ? o->parallel : 1, rc = 0;
+	jsonl_batch b = {.o = o, .m = m};
+	bool eof = false;
+	while (!eof || b.n) {
+		/* keep the scheduler fed: up to `parallel` requests waiting or running */
+		int busy = 0;
+		for (size_t i = 0; i < b.n; i++)
+			busy += b.items[i]->req && !moe_req_done(b.items[i]->req);
+		while (!eof && busy < parallel) {
+			bool too_long;
+			if ((r = read_line(stdin, &line, &cap, &too_long)) < 0) {
+				eof = true;
+				break;
+			}
+			lineno++;
+			if (too_long) {
+				/* an error line in its place; the batch goes on */
+				jsonl_submit(&b, "", 0, lineno);
+				json_object_set_new(b.items[b.n - 1]->out, "error",
+						    json_sprintf("a request longer than %zu bytes",
+								 LINE_MAX_BYTES));
+				continue;
+			}
+			size_t len = (size_t)r;
+			while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+				len--;
+			if (len == 0)
+				continue;
+			jsonl_submit(&b, line, len, lineno);
+			jsonl_item *it = b.items[b.n - 1];
+			busy += it->req && !moe_req_done(it->req);
+		}
+		if (busy && (rc = moe_sched_step(m->sched, e)) < 0)
+			break;
+		rc = 0;
+		jsonl_flush(&b);
+	}
+	free(b.items);
 	free(line);
-	(void)e;
-	return 0;
+	return rc;
 }
 
 /* ------------------------------------------------------------------ main */
@@ -888,9 +953,11 @@ static void open_model(const run_opts *o, run_model *m)
 	if (!m->model->tok)
 		die("%s: the model has no tokenizer", o->model);
 	m->tok = m->model->tok;
-	moe_ctx_params cp = {.n_ctx = o->n_ctx, .n_threads = o->threads, .n_batch = o->n_batch,
-			     .kv_type = o->kv_type};
-	if (moe_ctx_new(&m->ctx, m->model, &cp, &e) < 0)
+	moe_engine_params ep = {.kv_size = o->n_ctx, .n_threads = o->threads,
+				.n_batch = o->n_batch, .kv_type = o->kv_type};
+	moe_sched_params sp = {.n_parallel = o->parallel};
+	if (moe_engine_new(&m->eng, m->model, &ep, &e) < 0 ||
+	    moe_sched_new(&m->sched, m->eng, &sp, &e) < 0)
 		die_error(&e);
 	m->t_load = moe_time_now() - t0;
 }
@@ -914,9 +981,11 @@ int main(int argc, char **argv)
 	case MODE_RENDER_CHAT: rc = run_render_chat(&o, &m, &e); break;
 	case MODE_NONE: break;
 	}
-	if (fflush(stdout) != 0)
+	/* a full disk or a closed pipe must not pass for success */
+	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0)
 		die("write error: %s", strerror(errno));
-	moe_ctx_free(m.ctx);
+	moe_sched_free(m.sched);
+	moe_engine_free(m.eng);
 	moe_model_free(m.model);
 	moe_tokenizer_free(m.own_tok);
 	moe_uth_close(m.uth);

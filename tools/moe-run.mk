@@ -10,6 +10,8 @@ tools_moe_run_CPPFLAGS = $(AM_CPPFLAGS) -DMOE_PKGDATADIR='"$(pkgdatadir)"' \
 tools_moe_run_LDADD = $(MOE_LIBS)
 dist_man_MANS += man/moe-run.1
 TESTS += tests/cli/t0300-tokenize.sh tests/cli/t0310-detokenize.sh \
-	tests/cli/t0320-render-chat.sh tests/cli/t0420-run-generate.sh
+	tests/cli/t0320-render-chat.sh tests/cli/t0420-run-generate.sh tests/cli/t0440-run-parallel.sh \
+	tests/cli/t0450-run-prompt-cache.sh
 EXTRA_DIST += tests/cli/t0300-tokenize.sh tests/cli/t0310-detokenize.sh \
-	tests/cli/t0320-render-chat.sh tests/cli/t0420-run-generate.sh
+	tests/cli/t0320-render-chat.sh tests/cli/t0420-run-generate.sh tests/cli/t0440-run-parallel.sh \
+	tests/cli/t0450-run-prompt-cache.sh

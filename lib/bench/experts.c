@@ -211,7 +211,7 @@ void moe_expert_stats_free(moe_expert_stats *s)
 	free(s);
 }
 
-int moe_bench_greedy(const moe_model *m, moe_ctx *ctx, const int32_t *prompt, size_t n_prompt,
+int moe_bench_greedy(const moe_model *m, moe_seq *seq, const int32_t *prompt, size_t n_prompt,
 		     int n_gen, moe_error *e)
 {
 	if (n_prompt == 0)
@@ -220,13 +220,13 @@ int moe_bench_greedy(const moe_model *m, moe_ctx *ctx, const int32_t *prompt, si
 	float *logits = malloc((size_t)nv * sizeof *logits);
 	if (!logits)
 		return moe_err(e, MOE_ENOMEM, "out of memory");
-	int rc = moe_ctx_eval(ctx, prompt, n_prompt, logits, false, e);
+	int rc = moe_seq_eval(seq, prompt, n_prompt, logits, false, e);
 	for (int i = 0; rc == 0 && i < n_gen; i++) {
 		int32_t best = 0;
 		for (uint32_t v = 1; v < nv; v++)
 			if (logits[v] > logits[best])
 				best = (int32_t)v;
-		rc = moe_ctx_eval(ctx, &best, 1, logits, false, e);
+		rc = moe_seq_eval(seq, &best, 1, logits, false, e);
 	}
 	free(logits);
 	return rc;

@@ -426,7 +426,8 @@ int moe_bench_perplexity(const moe_model *m, const char *text, size_t len, const
 	size_t n_text_ids = 0;
 	float *logits = NULL;
 	uint8_t *recs = NULL;
-	moe_ctx *ctx = NULL;
+	moe_engine *eng = NULL;
+	moe_seq *ctx = NULL;
 	const int32_t *tokens;
 	int32_t bos;
 	uint32_t n_ctx, n_chunks;
@@ -533,14 +534,14 @@ int moe_bench_perplexity(const moe_model *m, const char *text, size_t len, const
 	if (p->kld_out && (rc = kld_create(&kout, p->kld_out, p->model_name, nv, n_ctx, n_chunks,
 					   bos, tokens, r->n_text_tokens, e)) < 0)
 		goto out;
-	moe_ctx_params cp = {.n_ctx = (int)n_ctx,
-			     .n_threads = p->n_threads,
-			     .n_batch = p->n_batch > 0 ? p->n_batch : (int)n_ctx,
-			     .kv_type = p->kv_type};
-	if ((rc = moe_ctx_new(&ctx, m, &cp, e)) < 0)
+	moe_engine_params ep = {.kv_size = (int)n_ctx,
+				.n_threads = p->n_threads,
+				.n_batch = p->n_batch > 0 ? p->n_batch : (int)n_ctx,
+				.kv_type = p->kv_type};
+	if ((rc = moe_engine_new(&eng, m, &ep, e)) < 0 || (rc = moe_seq_new(&ctx, eng, e)) < 0)
 		goto out;
 	if (p->route_fn)
-		moe_ctx_set_route_callback(ctx, p->route_fn, p->route_user);
+		moe_engine_set_route_callback(eng, p->route_fn, p->route_user);
 
 	moe_ppl_acc acc = {0};
 	for (uint32_t c = 0; c < n_chunks; c++) {
@@ -548,8 +549,8 @@ int moe_bench_perplexity(const moe_model *m, const char *text, size_t len, const
 		memcpy(chunk, tk, (size_t)n_ctx * sizeof *chunk);
 		if (bos >= 0)
 			chunk[0] = bos;
-		moe_ctx_truncate(ctx, 0);
-		if ((rc = moe_ctx_eval(ctx, chunk, n_ctx, logits, true, e)) < 0)
+		moe_seq_truncate(ctx, 0);
+		if ((rc = moe_seq_eval(ctx, chunk, n_ctx, logits, true, e)) < 0)
 			goto out;
 		if (p->kld_in && (rc = kld_read(&kin, recs, rs * n_scored, e)) < 0)
 			goto out;
@@ -611,7 +612,8 @@ int moe_bench_perplexity(const moe_model *m, const char *text, size_t len, const
 	if (p->kld_out)
 		rc = kld_commit(&kout, e);
 out:
-	moe_ctx_free(ctx);
+	moe_seq_free(ctx);
+	moe_engine_free(eng);
 	kld_close(&kin);
 	kld_close(&kout);
 	free(ka.kld);

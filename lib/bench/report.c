@@ -321,6 +321,126 @@ int moe_bench_report(FILE *f, moe_bench_format fmt, const moe_bench_env *env,
 	return 0;
 }
 
+/* ------------------------------------------------ several sequences */
+
+typedef struct batched_numbers {
+	double t_pp, t_tg, t;             /* seconds, medians */
+	double speed_pp, speed_tg, speed; /* tokens/s */
+} batched_numbers;
+
+static batched_numbers batched_derive(const moe_batched_row *r)
+{
+	batched_numbers b;
+	const moe_batched_test *t = &r->test;
+	size_t n = (size_t)t->reps;
+	b.t_pp = (double)moe_bench_median_ns(r->pp_ns, n) / 1e9;
+	b.t_tg = (double)moe_bench_median_ns(r->tg_ns, n) / 1e9;
+	b.t = b.t_pp + b.t_tg;
+	b.speed_pp = b.t_pp > 0 ? (double)t->n_pl * t->n_pp / b.t_pp : NAN;
+	b.speed_tg = b.t_tg > 0 ? (double)t->n_pl * t->n_tg / b.t_tg : NAN;
+	b.speed = b.t > 0 ? (double)t->n_pl * (t->n_pp + t->n_tg) / b.t : NAN;
+	return b;
+}
+
+static json_t *batched_json(const moe_batched_row *r, const moe_bench_env *env)
+{
+	json_t *o = json_object();
+	if (!o)
+		return NULL;
+	batched_numbers b = batched_derive(r);
+	const moe_batched_test *t = &r->test;
+	const moe_bench_model_row *m = r->model;
+#define SET(k, v) json_object_set_new(o, k, v)
+	SET("build_commit", json_string(env->build_commit ? env->build_commit : ""));
+	SET("cpu_info", json_string(env->cpu_info ? env->cpu_info : ""));
+	SET("isa", json_string(env->isa ? env->isa : ""));
+	SET("model_filename", json_string(m->filename));
+	SET("model_type", json_string(m->info.type));
+	SET("n_kv_max", json_integer(r->n_kv));
+	SET("n_batch", json_integer(t->n_batch));
+	SET("n_ubatch", json_integer(t->n_batch));
+	SET("is_pp_shared", json_integer(0));
+	SET("n_threads", json_integer(t->n_threads));
+	SET("type_k", json_string(kv_name(t->kv_type)));
+	SET("pp", json_integer(t->n_pp));
+	SET("tg", json_integer(t->n_tg));
+	SET("pl", json_integer(t->n_pl));
+	SET("n_kv", json_integer(r->n_kv));
+	SET("t_pp", num_or_null(b.t_pp));
+	SET("speed_pp", num_or_null(b.speed_pp));
+	SET("t_tg", num_or_null(b.t_tg));
+	SET("speed_tg", num_or_null(b.speed_tg));
+	SET("t", num_or_null(b.t));
+	SET("speed", num_or_null(b.speed));
+	SET("test_time", json_string(r->test_time));
+	SET("repetitions", json_integer(t->reps));
+	json_t *pp = json_array(), *tg = json_array();
+	for (int i = 0; i < t->reps; i++) {
+		json_array_append_new(pp, json_integer((json_int_t)r->pp_ns[i]));
+		json_array_append_new(tg, json_integer((json_int_t)r->tg_ns[i]));
+	}
+	SET("samples_pp_ns", pp);
+	SET("samples_tg_ns", tg);
+	SET("kv_block", json_integer(r->kv_block));
+	SET("kv_peak_blocks", json_integer(r->kv_peak_blocks));
+	SET("kv_peak_bytes", json_integer((json_int_t)r->kv_peak_bytes));
+#undef SET
+	return o;
+}
+
+int moe_batched_report(FILE *f, moe_bench_format fmt, const moe_bench_env *env,
+		       const moe_batched_row *rows, size_t n, moe_error *e)
+{
+	clearerr(f);
+	if (fmt == MOE_BENCH_MD) {
+		fprintf(f, "| model | threads | n_batch | PP | TG | B | N_KV | T_PP s | S_PP t/s | "
+			   "T_TG s | S_TG t/s | T s | S t/s | KV peak |\n");
+		fprintf(f, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+			   "---: | ---: | ---: | ---: |\n");
+		for (size_t i = 0; i < n; i++) {
+			const moe_batched_row *r = &rows[i];
+			batched_numbers b = batched_derive(r);
+			char kv[32];
+			fmt_size(r->kv_peak_bytes, kv, sizeof kv);
+			fprintf(f, "| %s | %d | %d | %d | %d | %d | %d | %.3f | %.2f | %.3f | %.2f | "
+				   "%.3f | %.2f | %d x %d tok, %s |\n",
+				r->model->info.type, r->test.n_threads, r->test.n_batch, r->test.n_pp,
+				r->test.n_tg, r->test.n_pl, r->n_kv, b.t_pp, b.speed_pp, b.t_tg,
+				b.speed_tg, b.t, b.speed, r->kv_peak_blocks, r->kv_block, kv);
+		}
+		fprintf(f, "\ntimes: medians of %d repetitions; build: %s, kernels %s, cpu: %s\n",
+			n ? rows[0].test.reps : 0, env->build_commit ? env->build_commit : "",
+			env->isa ? env->isa : "", env->cpu_info ? env->cpu_info : "");
+	} else if (fmt == MOE_BENCH_JSON) {
+		json_t *a = json_array();
+		for (size_t i = 0; a && i < n; i++)
+			if (json_array_append_new(a, batched_json(&rows[i], env)) != 0) {
+				json_decref(a);
+				a = NULL;
+			}
+		MOE_TRY(dump_json(f, a, JSON_INDENT(2), e));
+		fputc('\n', f);
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			json_t *o = batched_json(&rows[i], env);
+			if (!o)
+				return moe_err(e, MOE_ENOMEM, "out of memory");
+			if (fmt == MOE_BENCH_CSV) {
+				if (i == 0)
+					csv_line(f, o, true);
+				csv_line(f, o, false);
+				json_decref(o);
+			} else {
+				MOE_TRY(dump_json(f, o, JSON_COMPACT, e));
+				fputc('\n', f);
+			}
+		}
+	}
+	if (fflush(f) != 0 || ferror(f))
+		return moe_err(e, MOE_EIO, "write error: %s", strerror(errno));
+	return 0;
+}
+
 /* ------------------------------------------------------ perplexity / KL */
 
 static json_t *ppl_json(const moe_ppl_row *row)

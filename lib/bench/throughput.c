@@ -163,7 +163,8 @@ int32_t moe_bench_bos(const moe_model *m)
 
 typedef struct run_state {
 	const moe_model *m;
-	moe_ctx *ctx;
+	moe_engine *eng;
+	moe_seq *ctx;
 	int32_t *ids;
 	float *logits;
 	uint64_t rng;
@@ -184,7 +185,7 @@ static void random_ids(run_state *s, int n, bool first_bos)
 static int prompt_tokens(run_state *s, int n, moe_error *e)
 {
 	random_ids(s, n, true);
-	return moe_ctx_eval(s->ctx, s->ids, (size_t)n, s->logits, false, e);
+	return moe_seq_eval(s->ctx, s->ids, (size_t)n, s->logits, false, e);
 }
 
 /* llama-bench's test_gen: one token at a time, BOS first, random after. */
@@ -192,7 +193,7 @@ static int gen_tokens(run_state *s, int n, moe_error *e)
 {
 	int32_t tok = s->bos >= 0 ? s->bos : (int32_t)(next_rand(&s->rng) % s->n_vocab);
 	for (int i = 0; i < n; i++) {
-		MOE_TRY(moe_ctx_eval(s->ctx, &tok, 1, s->logits, false, e));
+		MOE_TRY(moe_seq_eval(s->ctx, &tok, 1, s->logits, false, e));
 		tok = (int32_t)(next_rand(&s->rng) % s->n_vocab);
 	}
 	return 0;
@@ -221,12 +222,12 @@ int moe_bench_run(const moe_model *m, const moe_bench_test *t, uint64_t *samples
 		free(s.logits);
 		return moe_err(e, MOE_ENOMEM, "out of memory");
 	}
-	moe_ctx_params cp = {.n_ctx = (int)n_ctx,
-			     .n_threads = t->n_threads,
-			     .n_batch = t->n_batch,
-			     .kv_type = t->kv_type};
-	int rc = moe_ctx_new(&s.ctx, m, &cp, e);
-	if (rc < 0)
+	moe_engine_params ep = {.kv_size = (int)n_ctx,
+				.n_threads = t->n_threads,
+				.n_batch = t->n_batch,
+				.kv_type = t->kv_type};
+	int rc = moe_engine_new(&s.eng, m, &ep, e);
+	if (rc < 0 || (rc = moe_seq_new(&s.ctx, s.eng, e)) < 0)
 		goto out;
 	/* warm-up, as llama-bench: the prompt once, one generated token */
 	if (t->n_prompt > 0 && (rc = prompt_tokens(&s, t->n_prompt, e)) < 0)
@@ -234,11 +235,11 @@ int moe_bench_run(const moe_model *m, const moe_bench_test *t, uint64_t *samples
 	if (t->n_gen > 0 && (rc = gen_tokens(&s, 1, e)) < 0)
 		goto out;
 	for (int r = 0; r < t->reps; r++) {
-		moe_ctx_truncate(s.ctx, 0);
+		moe_seq_truncate(s.ctx, 0);
 		if (t->n_depth > 0) {
 			/* the depth: a text already in the cache (random ids) */
 			random_ids(&s, t->n_depth, true);
-			if ((rc = moe_ctx_eval(s.ctx, s.ids, (size_t)t->n_depth, NULL, false, e)) <
+			if ((rc = moe_seq_eval(s.ctx, s.ids, (size_t)t->n_depth, NULL, false, e)) <
 			    0)
 				goto out;
 		}
@@ -251,10 +252,112 @@ int moe_bench_run(const moe_model *m, const moe_bench_test *t, uint64_t *samples
 		samples_ns[r] = (uint64_t)(dt * 1e9 + 0.5);
 	}
 out:
-	moe_ctx_free(s.ctx);
+	moe_seq_free(s.ctx);
+	moe_engine_free(s.eng);
 	free(s.ids);
 	free(s.logits);
 	return rc;
+}
+
+/* ------------------------------------------------ several sequences */
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* One repetition: pl fresh sequences, their prompts in one engine step
+ * (split by n_batch), then tg decode steps of pl tokens. */
+static int batched_once(moe_engine *eng, const moe_batched_test *t, uint64_t *rng, float *logits,
+			moe_step_token *toks, uint64_t *pp_ns, uint64_t *tg_ns, moe_error *e)
+{
+	uint32_t nv = moe_engine_n_vocab(eng);
+	moe_seq **seq = calloc((size_t)t->n_pl, sizeof *seq);
+	int rc = seq ? 0 : moe_err(e, MOE_ENOMEM, "out of memory");
+	for (int i = 0; rc == 0 && i < t->n_pl; i++)
+		rc = moe_seq_new(&seq[i], eng, e);
+	int32_t bos = moe_bench_bos(moe_engine_model(eng));
+	size_t n = 0;
+	for (int i = 0; rc == 0 && i < t->n_pl; i++)
+		for (int p = 0; p < t->n_pp; p++) {
+			int32_t id = p == 0 && bos >= 0 ? bos : (int32_t)(next_rand(rng) % nv);
+			toks[n++] = (moe_step_token){seq[i], id, p,
+						     p == t->n_pp - 1 ? logits + (size_t)i * nv : NULL};
+		}
+	double t0 = moe_time_now();
+	if (rc == 0 && n)
+		rc = moe_engine_step(eng, toks, (int)n, e);
+	double t1 = moe_time_now();
+	for (int g = 0; rc == 0 && g < t->n_tg; g++) {
+		for (int i = 0; i < t->n_pl; i++)
+			toks[i] = (moe_step_token){seq[i], (int32_t)(next_rand(rng) % nv),
+						   moe_seq_pos(seq[i]), logits + (size_t)i * nv};
+		rc = moe_engine_step(eng, toks, t->n_pl, e);
+	}
+	double t2 = moe_time_now();
+	*pp_ns = (uint64_t)((t1 - t0) * 1e9 + 0.5);
+	*tg_ns = (uint64_t)((t2 - t1) * 1e9 + 0.5);
+	for (int i = 0; seq && i < t->n_pl; i++)
+		moe_seq_free(seq[i]);
+	free(seq);
+	return rc;
+}
+
+int moe_bench_batched_run(const moe_model *m, const moe_batched_test *t, moe_batched_row *row,
+			  moe_error *e)
+{
+	if (t->n_pl < 1 || t->n_pp < 0 || t->n_tg < 0 || t->n_pp + t->n_tg < 1 || t->reps < 1)
+		return moe_err(e, MOE_EINVAL, "bench: -np needs sequences, prompt or generated "
+					      "tokens, and a repetition");
+	uint64_t kv = (uint64_t)t->n_pl * ((uint64_t)t->n_pp + (uint64_t)t->n_tg);
+	if (kv > (1u << 24))
+		return moe_err(e, MOE_EINVAL, "bench: %llu tokens of KV cache is too many",
+			       (unsigned long long)kv);
+	moe_engine *eng;
+	/* every sequence may leave one block partly used */
+	moe_engine_params ep = {.kv_size = (int)kv + t->n_pl * 64, .n_threads = t->n_threads,
+				.n_batch = t->n_batch, .kv_type = t->kv_type};
+	MOE_TRY(moe_engine_new(&eng, m, &ep, e));
+	size_t n_toks = (size_t)t->n_pl * (size_t)(t->n_pp > 1 ? t->n_pp : 1);
+	float *logits = malloc((size_t)t->n_pl * moe_engine_n_vocab(eng) * sizeof *logits);
+	moe_step_token *toks = malloc(n_toks * sizeof *toks);
+	uint64_t rng = t->seed ? t->seed : 1, w_pp, w_tg;
+	int rc = logits && toks ? 0 : moe_err(e, MOE_ENOMEM, "out of memory");
+	/* warm-up: a short run of the same shape */
+	moe_batched_test warm = *t;
+	warm.n_pp = t->n_pp < 16 ? t->n_pp : 16;
+	warm.n_tg = t->n_tg < 2 ? t->n_tg : 2;
+	if (rc == 0)
+		rc = batched_once(eng, &warm, &rng, logits, toks, &w_pp, &w_tg, e);
+	for (int r = 0; rc == 0 && r < t->reps; r++)
+		rc = batched_once(eng, t, &rng, logits, toks, &row->pp_ns[r], &row->tg_ns[r], e);
+	moe_kv_stats ks;
+	moe_engine_kv_stats(eng, &ks);
+	row->test = *t;
+	row->n_kv = (int)kv;
+	row->kv_block = ks.block_tokens;
+	row->kv_peak_blocks = ks.peak_used;
+	row->kv_peak_bytes = (uint64_t)ks.peak_used * ks.block_bytes;
+	free(logits);
+	free(toks);
+	moe_engine_free(eng);
+	return rc;
+}
+
+/* Median of n samples (sorted copy). */
+uint64_t moe_bench_median_ns(const uint64_t *v, size_t n)
+{
+	if (!n)
+		return 0;
+	uint64_t *c = malloc(n * sizeof *c);
+	if (!c)
+		return v[0];
+	memcpy(c, v, n * sizeof *c);
+	qsort(c, n, sizeof *c, cmp_u64);
+	uint64_t m = n % 2 ? c[n / 2] : (c[n / 2 - 1] + c[n / 2]) / 2;
+	free(c);
+	return m;
 }
 
 /* ----------------------------------------------------- process and host */

@@ -54,6 +54,7 @@ static int get_weight(moe_model *m, const char *name, int64_t rows, int64_t cols
 		return moe_err_prefix(e, "%s: tensor '%s'", m->file->path, name);
 	uint64_t rb;
 	MOE_TRY(moe_type_nbytes(t->dtype, t->ne[0], &rb, e));
+	w->name = t->name;
 	w->data = moe_uth_data(m->file, t);
 	w->dtype = t->dtype;
 	w->rows = t->ne[1];
@@ -223,6 +224,8 @@ int moe_model_load(moe_model **out, const char *path, moe_error *e)
 	for (uint32_t il = 0; il < hp->n_layer; il++)
 		if ((rc = bind_layer(m, (int)il, e)) < 0)
 			goto fail;
+	if ((rc = moe_model_resident_new(m, e)) < 0)
+		goto fail;
 	*out = m;
 	return 0;
 fail:
@@ -238,6 +241,7 @@ void moe_model_free(moe_model *m)
 		for (uint32_t il = 0; il < m->hp.n_layer; il++)
 			free(m->layers[il].exp_gate);
 	free(m->layers);
+	free(m->resident);
 	for (size_t i = 0; i < m->n_owned; i++)
 		free(m->owned[i]);
 	free(m->owned);

@@ -131,4 +131,47 @@ $PYTHON3 -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['intermedia
 "$BIN/moe-convert" "$T/badff.hf" "$T/badff.uth" 2> "$T/err"; is $? 1 "expert FFN width 0: failure"
 grep -q "badff.hf" "$T/err" && grep -qi "intermediate_size" "$T/err" && [ ! -e "$T/badff.uth" ]
 ok $? "... naming the file and the FFN width, no output: $(cat "$T/err")"
+# Broken weights: a NaN in output_norm makes every logit NaN; moe-run stops
+# with an error instead of printing tokens chosen from NaN.
+cp "$T/m.uth" "$T/nan.uth"
+$PYTHON3 - "$T/nan.uth" <<'PY'
+import struct, sys
+p = sys.argv[1]; b = bytearray(open(p, 'rb').read())
+n, d, names = struct.unpack_from('<Q', b, 24)[0], struct.unpack_from('<Q', b, 32)[0], struct.unpack_from('<Q', b, 48)[0]
+for i in range(n):
+    rec = d + 64 * i
+    name_off = struct.unpack_from('<I', b, rec + 4)[0]
+    name = bytes(b[names + name_off:b.index(0, names + name_off)]).decode()
+    if name == 'output_norm.weight':
+        struct.pack_into('<f', b, struct.unpack_from('<Q', b, rec + 24)[0], float('nan'))
+open(p, 'wb').write(b)
+PY
+"$RUN" -m "$T/nan.uth" -p "$PROMPT" -n 4 --temp 0 > "$T/nan.out" 2> "$T/nan.err"
+is $? 1 "NaN logits: failure"
+grep -q "NaN logit" "$T/nan.err" && [ ! -s "$T/nan.out" ]; ok $? "... saying so, no text: $(cat "$T/nan.err")"
+echo '{"prompt": "x", "n_predict": 2}' | "$RUN" -m "$T/nan.uth" --jsonl > "$T/nan.jsonl"
+grep -q '"error": *"the model computed a NaN logit' "$T/nan.jsonl"; ok $? "--jsonl: an error line: $(cat "$T/nan.jsonl")"
+
+# Output errors are failures: a full disk.
+if [ -w /dev/full ]; then
+	"$RUN" -m "$T/m.uth" -p "$PROMPT" -n 4 --temp 0 > /dev/full 2> "$T/full.err"
+	is $? 1 "writing to a full device: failure"
+	grep -q "write error" "$T/full.err"; ok $? "... a write error: $(cat "$T/full.err")"
+	echo '{"prompt": "x", "n_predict": 1}' | "$RUN" -m "$T/m.uth" --jsonl > /dev/full 2>/dev/null
+	is $? 1 "--jsonl to a full device: failure"
+fi
+
+# Lines are bounded (16 MiB): a longer request is refused, the batch goes on.
+$PYTHON3 -c "
+import sys
+sys.stdout.write('{\"prompt\": \"' + 'a' * (17 << 20) + '\"}\n{\"prompt\": \"x\", \"n_predict\": 1, \"id\": 2}\n')" |
+	"$RUN" -m "$T/m.uth" --jsonl > "$T/long.jsonl"
+ok $? "--jsonl with a 17 MiB line"
+$PYTHON3 -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 2 and 'longer than' in rows[0]['error'] and rows[0]['line'] == 1, rows
+assert rows[1]['id'] == 2 and rows[1]['tokens'] == 1
+" "$T/long.jsonl"
+ok $? "... an error line for it, the next request runs"
 done_testing

@@ -128,4 +128,30 @@ case $out in "memory bandwidth: triad "*) ok 0 "it prints the bandwidth";; *) ok
 "$BENCH" -m "$T/none.uth" -p 16 2>/dev/null; is $? 1 "a missing model: failure"
 "$BENCH" --help > /dev/null; is $? 0 "--help"
 "$BENCH" --version | grep -q "moe-bench"; ok $? "--version names the program"
+
+# -np: several sequences at once (llama-batched-bench's test and names).
+"$BENCH" -m "$T/m.uth" -np 1,3 -p 70 -n 4 -r 2 -t 1 -o json > "$T/np.json"; ok $? "-np 1,3 -o json"
+$PYTHON3 - "$T/np.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["pl"] for r in rows] == [1, 3], rows
+for r in rows:
+    assert r["pp"] == 70 and r["tg"] == 4 and r["n_kv"] == r["pl"] * 74
+    assert len(r["samples_pp_ns"]) == 2 and len(r["samples_tg_ns"]) == 2
+    med = lambda v: sorted(v)[0] / 2 + sorted(v)[1] / 2
+    assert abs(r["t_pp"] - med(r["samples_pp_ns"]) / 1e9) < 1e-9
+    assert abs(r["speed_pp"] - r["pl"] * 70 / r["t_pp"]) < 1e-6 * r["speed_pp"]
+    assert abs(r["speed_tg"] - r["pl"] * 4 / r["t_tg"]) < 1e-6 * r["speed_tg"]
+    # 74 tokens per sequence: two blocks of 64 each, no more
+    assert r["kv_block"] == 64 and r["kv_peak_blocks"] == 2 * r["pl"], r
+    assert r["kv_peak_bytes"] > 0 and r["is_pp_shared"] == 0
+PY
+ok $? "-np rows: pp, tg, pl, n_kv, medians, aggregate speeds, KV peak of 2 blocks per sequence"
+"$BENCH" -m "$T/m.uth" -np 2 -p 8 -n 2 -r 1 -t 1 > "$T/np.md"; ok $? "-np 2, md"
+grep -q "| PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |" "$T/np.md"
+ok $? "md: llama-batched-bench's columns"
+"$BENCH" -m "$T/m.uth" -np 2 -p 8 -n 2 -r 1 -t 1 -o csv > "$T/np.csv"; ok $? "-np -o csv"
+head -1 "$T/np.csv" | grep -q "speed_tg"; ok $? "csv header has speed_tg"
+"$BENCH" -m "$T/m.uth" -np 2 -pg 8,2 2>/dev/null; is $? 2 "-np with -pg: usage error"
+"$BENCH" -m "$T/m.uth" -np 0 2>/dev/null; is $? 2 "-np 0: usage error"
 done_testing

@@ -6,7 +6,7 @@
  * %.9g); line 2: N_GREEDY greedily generated ids.  BATCH (default 256) sets
  * the prefill batch size, so tests can compare batched and token-by-token
  * prefill. */
-#include "model.h"
+#include "engine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,15 +32,17 @@ int main(int argc, char **argv)
 		ids[n++] = (int32_t)v;
 	}
 	int n_greedy = atoi(argv[3]);
-	moe_ctx_params cp = {.n_ctx = (int)n + n_greedy + 1, .n_batch = argc > 4 ? atoi(argv[4]) : 0};
-	moe_ctx *c;
-	if (moe_ctx_new(&c, m, &cp, &e) < 0) {
+	moe_engine_params ep = {.kv_size = (int)n + n_greedy + 1,
+				.n_batch = argc > 4 ? atoi(argv[4]) : 0};
+	moe_engine *eng;
+	moe_seq *c;
+	if (moe_engine_new(&eng, m, &ep, &e) < 0 || moe_seq_new(&c, eng, &e) < 0) {
 		fprintf(stderr, "engine-run: %s\n", e.msg);
 		return 1;
 	}
 	uint32_t nv = m->hp.n_vocab;
 	float *logits = malloc(nv * sizeof *logits);
-	if (moe_ctx_eval(c, ids, n, logits, false, &e) < 0) {
+	if (moe_seq_eval(c, ids, n, logits, false, &e) < 0) {
 		fprintf(stderr, "engine-run: %s\n", e.msg);
 		return 1;
 	}
@@ -53,14 +55,15 @@ int main(int argc, char **argv)
 			if (logits[i] > logits[best])
 				best = (int32_t)i;
 		printf("%s%d", g ? " " : "", best);
-		if (moe_ctx_eval(c, &best, 1, logits, false, &e) < 0) {
+		if (moe_seq_eval(c, &best, 1, logits, false, &e) < 0) {
 			fprintf(stderr, "engine-run: %s\n", e.msg);
 			return 1;
 		}
 	}
 	printf("\n");
 	free(logits);
-	moe_ctx_free(c);
+	moe_seq_free(c);
+	moe_engine_free(eng);
 	moe_model_free(m);
 	return 0;
 }

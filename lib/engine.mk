@@ -1,0 +1,23 @@
+# lib/engine.mk — the engine: one thread pool and scratch over a model, the
+# paged KV cache, the forward pass over steps of many sequences, requests
+# and the scheduler.
+noinst_HEADERS += lib/engine.h lib/engine/engine_int.h
+lib_libmoecore_a_SOURCES += lib/engine/engine.c lib/engine/kv.c lib/engine/forward.c \
+	lib/engine/request.c lib/engine/sched.c lib/engine/kvfile.c
+
+# Test helper: logits and greedy ids for token ids (compared with tests/ref).
+check_PROGRAMS += tests/unit/engine-run
+tests_unit_engine_run_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_unit_engine_run_LDADD = $(MOE_LIBS)
+
+# Test helper: batch invariance, prefix sharing, pool accounting (t0430).
+check_PROGRAMS += tests/unit/engine-batch
+tests_unit_engine_batch_LDADD = $(MOE_LIBS)
+TESTS += tests/cli/t0430-engine-batch.sh
+EXTRA_DIST += tests/cli/t0430-engine-batch.sh
+
+check_PROGRAMS += tests/unit/t-engine
+TESTS += tests/unit/t-engine
+tests_unit_t_engine_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_unit_t_engine_CPPFLAGS = $(AM_CPPFLAGS) -DMOE_SRC_SHAREDIR='"$(abs_top_srcdir)/share"'
+tests_unit_t_engine_LDADD = $(MOE_LIBS)

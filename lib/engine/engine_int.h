@@ -1,0 +1,124 @@
+/* engine_int.h — what the engine's files share: the engine, the KV block
+ * pool and the sequence. */
+#ifndef MOE_ENGINE_INT_H
+#define MOE_ENGINE_INT_H
+
+#include "engine.h"
+#include "kernels.h"
+#include "quant.h"
+
+/* One KV block: block_tokens positions of every layer.  Per layer, K holds
+ * one row per position (kv_row_bytes, kv_type), V the same, except for an
+ * F16 cache where V is transposed — [kv dims][block_tokens] — so the
+ * weighted sum over positions is one dot product per output dimension. */
+typedef struct kv_block {
+	int32_t ref;       /* sequences holding it */
+	bool cached;       /* full, its tokens known: reusable by a new sequence */
+	int32_t parent;    /* the block before it in its sequence (-1: first) */
+	uint32_t parent_gen;
+	uint32_t gen;      /* bumped when the block is recycled */
+	uint64_t stamp;    /* last release, for LRU recycling of cached blocks */
+} kv_block;
+
+typedef struct kv_pool {
+	int n_blocks, block_tokens;
+	size_t block_bytes, layer_bytes; /* whole block; one layer of it (K + V) */
+	uint8_t *data;                   /* [n_blocks][block_bytes] */
+	kv_block *blocks;
+	int32_t *tokens;                 /* [n_blocks][block_tokens] ids a block holds */
+	int n_used, peak_used;
+	uint64_t clock, shared_tokens;
+} kv_pool;
+
+struct moe_seq {
+	moe_engine *eng;
+	int n_pos;
+	int32_t *tokens;      /* [cap] */
+	int32_t *blocks;      /* [max_blocks] block ids, position p in blocks[p / block_tokens] */
+	int n_blocks;
+	int cap;
+	uint64_t mark;        /* the step that last saw it (moe_engine_step) */
+	int step_next;        /* its next position within that step */
+};
+
+struct moe_engine {
+	const moe_model *m;
+	const moe_kernels *k;
+	moe_expert_store *experts;
+	moe_pool *pool;
+	int n_threads, n_batch, kv_type, n_ctx;
+	size_t kv_row_bytes;     /* one position's K (or V) in one layer */
+	size_t kv_head_bytes;    /* one head's slice of that row */
+	bool v_trans;
+	kv_pool kv;
+	int n_seqs;
+	moe_arena arena;         /* every buffer below */
+	/* per step of B <= n_batch tokens (shapes for B = n_batch) */
+	float *x, *xn;           /* [B, n_embd] residual stream, its normalised copy */
+	float *q, *kb, *vb;      /* [B, H*hd], [B, Hkv*hd] x2 */
+	float *att, *tmp;        /* [B, H*hd], [B, n_embd] */
+	float *gate, *up;        /* [B, max ffn width] */
+	float *router;           /* [B, n_expert] */
+	float *expert_out;       /* [B, k, n_embd] each chosen expert's weighted output */
+	float *shared_out;       /* [B, n_embd] */
+	float *expert_in, *down_out; /* [B, n_embd] gathered rows of one expert */
+	float *rope_cos, *rope_sin;  /* [B, n_rot/2] */
+	int32_t *chosen;         /* [B, k] experts per token */
+	float *chosen_weight;    /* [B, k] */
+	int32_t *slot_of;        /* [B*k] (token*k + choice) of each gathered row */
+	int32_t *active;         /* [n_expert] experts with tokens this layer */
+	moe_expert *active_w;    /* [n_expert] their weights (expert store) */
+	int32_t *first_of, *count_of; /* [n_expert] where an expert's rows start in order, how many */
+	int32_t *order;          /* [B*k] slots sorted by expert */
+	void *scratch;           /* quantised activations: 3 products' worth */
+	size_t scratch_bytes;    /* for one product */
+	/* attention, per thread: scores [n_ctx] + a value row [hd]; q quantised */
+	float *att_scratch;
+	size_t att_stride;
+	uint8_t *q_scratch;
+	size_t q_bytes;
+	/* experts run whole per thread (small steps): per thread input, gate,
+	 * up, output rows for up to EXP_PAR_MAX tokens, and product scratch */
+	float *par_buf;
+	size_t par_stride;       /* floats per thread */
+	uint8_t *par_scratch;
+	size_t par_scratch_bytes;
+	/* logits rows gathered for the output product */
+	float *out_rows;         /* [B, n_vocab] */
+	int32_t *want;           /* [B] tokens that want logits */
+	/* the step being run */
+	const moe_step_token *st;
+	uint64_t step_mark;
+	moe_route_fn route_fn;
+	void *route_user;
+	moe_observe_fn observe_fn;
+	void *observe_user;
+};
+
+/* Steps of at most this many tokens run each expert whole on one thread
+ * (decode of a few sequences); larger ones split each expert's rows over
+ * the threads instead. */
+#define EXP_PAR_MAX 16
+
+/* kv.c */
+int moe_kv_init(moe_engine *eng, int n_tokens, int block_tokens, moe_error *e);
+void moe_kv_free(moe_engine *eng);
+/* Make sure positions [s->n_pos, upto) have private, writable blocks.
+ * MOE_ERANGE when the pool is out of blocks. */
+int moe_kv_reserve(moe_seq *s, int upto, moe_error *e);
+/* Mark blocks filled up to n_pos as cached (called after a step). */
+void moe_kv_seal(moe_seq *s);
+/* Addresses in the pool */
+static inline uint8_t *moe_kv_k(const moe_engine *eng, int block, int layer)
+{
+	return eng->kv.data + (size_t)block * eng->kv.block_bytes + (size_t)layer * eng->kv.layer_bytes;
+}
+static inline uint8_t *moe_kv_v(const moe_engine *eng, int block, int layer)
+{
+	return moe_kv_k(eng, block, layer) + eng->kv.layer_bytes / 2;
+}
+
+/* forward.c */
+int moe_forward(moe_engine *eng, const moe_step_token *t, int B, moe_error *e);
+
+#endif

@@ -1,0 +1,634 @@
+/* forward.c — the transformer forward pass over one step: B tokens that may
+ * belong to different sequences at different positions.
+ *
+ * One decoder layer, as in the papers (shapes for a step of B tokens):
+ *
+ *   xn   = RMSNorm(x) * attn_norm                         [B, n_embd]
+ *   q,k,v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv)    [B, H*hd], [B, Hkv*hd]
+ *   (q/k RMSNorm per head (Qwen3) or over the projection (OLMoE))
+ *   q,k  = RoPE(q, k, the token's position)               interleaved pairs or NeoX halves
+ *   K,V of the token's sequence at its position = k, v    (paged: kv.c)
+ *   a    = softmax(q K^T / sqrt(hd), causal) V            per sequence [B, H*hd]
+ *                                                         (GQA: H/Hkv q heads per kv head)
+ *   x   += a Wo^T
+ *   xn   = RMSNorm(x) * ffn_norm
+ *   dense: x += (silu(xn Wg^T) * (xn Wu^T)) Wd^T
+ *   MoE:   p = softmax(xn Wr^T); top-k experts (renormalised if the model says so);
+ *          the step's chosen experts come from the expert store;
+ *          x += sum_k p_k * FFN_k(xn)  (+ sigmoid(xn ws) * FFN_shared(xn))
+ *
+ * Then logits = RMSNorm(x) * out_norm W_out^T for the tokens that want them.
+ *
+ * MoE tokens of the whole step are grouped by expert, so each expert's
+ * weights are read once per step whatever sequences chose it.  Nothing a
+ * token computes depends on the other tokens of its step: the products are
+ * per token (kernels reduce in a fixed order per output element), and the
+ * expert outputs of a token are summed in the order of its choices. */
+#include "engine/engine_int.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ helpers */
+
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps)
+{
+	double ss = 0;
+	for (int64_t i = 0; i < n; i++)
+		ss += (double)x[i] * x[i];
+	float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+	for (int64_t i = 0; i < n; i++)
+		y[i] = x[i] * scale * w[i];
+}
+
+static float silu(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
+static void observe(moe_engine *eng, const moe_weight *w, int layer, int expert, const float *x,
+		    int64_t n)
+{
+	if (eng->observe_fn)
+		eng->observe_fn(eng->observe_user, &(moe_matmul_obs){w, layer, expert, x, n});
+}
+
+/* Y[n x w->rows] (row stride ldy) = X[n x w->cols] W^T, over the pool. */
+static void matmul(moe_engine *eng, const moe_weight *w, int layer, const float *X, int64_t n,
+		   float *Y, int64_t ldy)
+{
+	observe(eng, w, layer, -1, X, n);
+	moe_matmul(eng->k, eng->pool, w->dtype, w->data, w->rows, w->cols, X, w->cols, n, Y, ldy,
+		   eng->scratch);
+}
+
+/* Several products of one input, in one pool job: Y_i[n x w_i->rows] =
+ * X W_i^T.  X is quantised once per product (by the caller's thread for a
+ * few tokens, else by the pool), each into its own third of the scratch. */
+typedef struct {
+	moe_engine *eng;
+	int n_w;
+	const moe_weight *w[3];
+	float *y[3];
+	const float *x;
+	int64_t n;
+	size_t scratch_stride;
+} products_job;
+
+static void products_quantize(void *arg, int ith, int nth)
+{
+	products_job *j = arg;
+	for (int i = 0; i < j->n_w; i++)
+		moe_matmul_quantize(j->eng->k, j->w[i]->dtype, j->w[i]->cols, j->x, j->w[i]->cols, j->n,
+				    (uint8_t *)j->eng->scratch + i * j->scratch_stride, ith, nth);
+}
+
+static void products_compute(void *arg, int ith, int nth)
+{
+	products_job *j = arg;
+	for (int i = 0; i < j->n_w; i++) {
+		const moe_weight *w = j->w[i];
+		moe_matmul_compute(j->eng->k, w->dtype, w->data, w->rows, w->cols, j->x, w->cols, j->n,
+				   j->y[i], w->rows, (uint8_t *)j->eng->scratch + i * j->scratch_stride,
+				   ith, nth);
+	}
+}
+
+static void products(moe_engine *eng, int layer, const float *X, int64_t n, int n_w,
+		     const moe_weight *const *w, float *const *Y)
+{
+	products_job j = {.eng = eng, .n_w = n_w, .x = X, .n = n,
+			  .scratch_stride = eng->scratch_bytes};
+	for (int i = 0; i < n_w; i++) {
+		observe(eng, w[i], layer, -1, X, n);
+		j.w[i] = w[i];
+		j.y[i] = Y[i];
+	}
+	if (n >= 2 * (int64_t)eng->n_threads)
+		moe_pool_run(eng->pool, products_quantize, &j);
+	else
+		products_quantize(&j, 0, 1);
+	moe_pool_run(eng->pool, products_compute, &j);
+}
+
+static void row_to_float(const moe_engine *eng, int dtype, const void *src, float *dst, int64_t n)
+{
+	moe_to_float_fn f = eng->k->to_float[dtype];
+	if (!f)
+		f = moe_type_get(dtype)->to_float;
+	f(src, dst, n);
+}
+
+/* RoPE angles for the step: pair i of position p turns by
+ * p * base^(-2i/n_rot), with linear scaling (p / factor) or YaRN (a ramp
+ * between interpolated and original angles over the pairs, by how many turns
+ * a pair makes in the original context, and cos/sin scaled by
+ * 1 + 0.1 ln(factor)).  Computed once per token, used by every head and layer. */
+static void rope_tables(moe_engine *eng, const moe_step_token *st, int B)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	int half = (int)hp->n_rot / 2;
+	double factor = hp->rope_factor > 0 ? hp->rope_factor : 1.0, mscale = 1.0;
+	double low = 0, high = 0;
+	bool yarn = hp->rope_scaling == MOE_ROPE_SCALING_YARN && hp->rope_orig_ctx > 0;
+	if (yarn) {
+		/* the pair whose wavelength fits `turns` turns into the original context */
+		double n = hp->n_rot, ctx = hp->rope_orig_ctx, lb = log(hp->rope_base);
+		low = floor(n * log(ctx / (32.0 * 2 * M_PI)) / (2 * lb));  /* beta_fast = 32 */
+		high = ceil(n * log(ctx / (1.0 * 2 * M_PI)) / (2 * lb));   /* beta_slow = 1 */
+		low = low < 0 ? 0 : low;
+		high = high > n - 1 ? n - 1 : high;
+		mscale = 1.0 + 0.1 * log(factor);
+	}
+	for (int t = 0; t < B; t++) {
+		double pos = st[t].pos;
+		for (int i = 0; i < half; i++) {
+			double theta = pos * pow(hp->rope_base, -2.0 * i / hp->n_rot);
+			if (hp->rope_scaling == MOE_ROPE_SCALING_LINEAR) {
+				theta /= factor;
+			} else if (yarn) {
+				double span = high - low > 0.001 ? high - low : 0.001;
+				double ramp = (i - low) / span;
+				ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+				theta = theta / factor * ramp + theta * (1 - ramp);
+			}
+			eng->rope_cos[t * half + i] = (float)(cos(theta) * mscale);
+			eng->rope_sin[t * half + i] = (float)(sin(theta) * mscale);
+		}
+	}
+}
+
+/* Rotate one head vector of token t.  NORM pairs (2i, 2i+1); NEOX pairs
+ * (i, i + n_rot/2); dimensions past n_rot pass through. */
+static void rope(const moe_engine *eng, float *v, int t)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	int half = (int)hp->n_rot / 2;
+	const float *cs = eng->rope_cos + t * half, *sn = eng->rope_sin + t * half;
+	bool neox = hp->rope_kind == MOE_ROPE_NEOX;
+	for (int i = 0; i < half; i++) {
+		int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+		float x0 = v[a], x1 = v[b];
+		v[a] = x0 * cs[i] - x1 * sn[i];
+		v[b] = x0 * sn[i] + x1 * cs[i];
+	}
+}
+
+/* ----------------------------------------------------------- attention */
+
+typedef struct {
+	moe_engine *eng;
+	int il, B;
+} attn_job;
+
+/* Each thread takes (token, head) pairs: scores q.k against the token's
+ * sequence with the K type's dot kernel, causal softmax, then the weighted
+ * sum of values (for F16, one dot product per output dimension and block
+ * over the transposed V).  Block by block in position order: the same sums
+ * whatever else the step holds. */
+static void attn_worker(void *arg, int ith, int nth)
+{
+	attn_job *j = arg;
+	moe_engine *eng = j->eng;
+	const moe_hparams *hp = &eng->m->hp;
+	const moe_kernels *k = eng->k;
+	int H = (int)hp->n_head, hd = (int)hp->head_dim, hdv = (int)hp->head_dim_v;
+	int group = H / (int)hp->n_head_kv, bt = eng->kv.block_tokens;
+	float scale = 1.0f / sqrtf((float)hd);
+	float *scores = eng->att_scratch + (size_t)ith * eng->att_stride;
+	float *vrow = scores + eng->n_ctx;
+	void *qx = eng->q_scratch + (size_t)ith * eng->q_bytes;
+	int kv_act = moe_type_get(eng->kv_type)->vec_dot_type;
+	moe_vec_dot_fn kdot = k->vec_dot[eng->kv_type];
+	size_t rowb = eng->kv_row_bytes;
+	for (int th = ith; th < j->B * H; th += nth) {
+		int t = th / H, h = th % H, g = h / group;
+		const moe_seq *s = eng->st[t].seq;
+		int n_pos = eng->st[t].pos + 1; /* causal: positions 0..pos */
+		const float *q = eng->q + (int64_t)t * H * hd + (int64_t)h * hd;
+		const void *qa = q;
+		if (kv_act != MOE_F32) {
+			k->quantize_row[kv_act](q, qx, hd);
+			qa = qx;
+		}
+		size_t koff = (size_t)g * eng->kv_head_bytes;
+		float mx = -FLT_MAX;
+		for (int p = 0; p < n_pos; p++) {
+			const uint8_t *kb = moe_kv_k(eng, s->blocks[p / bt], j->il);
+			float sc;
+			kdot(hd, &sc, kb + (size_t)(p % bt) * rowb + koff, qa);
+			sc *= scale;
+			scores[p] = sc;
+			mx = sc > mx ? sc : mx;
+		}
+		double sum = 0;
+		for (int p = 0; p < n_pos; p++)
+			sum += (scores[p] = expf(scores[p] - mx));
+		float inv = (float)(1.0 / sum);
+		for (int p = 0; p < n_pos; p++)
+			scores[p] *= inv;
+		float *o = eng->att + (int64_t)t * H * hdv + (int64_t)h * hdv;
+		memset(o, 0, (size_t)hdv * sizeof *o);
+		if (eng->v_trans) {
+			for (int b0 = 0; b0 < n_pos; b0 += bt) {
+				int nb = n_pos - b0 < bt ? n_pos - b0 : bt;
+				const uint16_t *vt = (const uint16_t *)moe_kv_v(eng, s->blocks[b0 / bt], j->il) +
+						     (size_t)g * hdv * bt;
+				for (int d = 0; d < hdv; d++) {
+					float part;
+					kdot(nb, &part, vt + (size_t)d * bt, scores + b0);
+					o[d] += part;
+				}
+			}
+		} else {
+			size_t voff = (size_t)g * eng->kv_head_bytes; /* hdv == hd (load.c) */
+			for (int p = 0; p < n_pos; p++) {
+				const uint8_t *vb = moe_kv_v(eng, s->blocks[p / bt], j->il);
+				row_to_float(eng, eng->kv_type, vb + (size_t)(p % bt) * rowb + voff, vrow, hdv);
+				for (int d = 0; d < hdv; d++)
+					o[d] += scores[p] * vrow[d];
+			}
+		}
+	}
+}
+
+/* Store token t's k and v at its position in its sequence's block. */
+static void cache_store(moe_engine *eng, int il, int t, const float *k, const float *v,
+			int64_t kvd)
+{
+	const moe_step_token *st = &eng->st[t];
+	int bt = eng->kv.block_tokens, block = st->seq->blocks[st->pos / bt], slot = st->pos % bt;
+	const moe_type_traits *kt = moe_type_get(eng->kv_type);
+	kt->from_float(k, moe_kv_k(eng, block, il) + (size_t)slot * eng->kv_row_bytes, kvd);
+	uint8_t *vb = moe_kv_v(eng, block, il);
+	if (!eng->v_trans) {
+		kt->from_float(v, vb + (size_t)slot * eng->kv_row_bytes, kvd);
+		return;
+	}
+	for (int64_t d = 0; d < kvd; d++)
+		((uint16_t *)vb)[d * bt + slot] = moe_f32_to_f16(v[d]);
+}
+
+static void attention(moe_engine *eng, int il, int B)
+{
+	const moe_model *m = eng->m;
+	const moe_hparams *hp = &m->hp;
+	const moe_layer *L = &m->layers[il];
+	int64_t E = hp->n_embd, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+	int64_t nq = H * hd, kvd = Hkv * hd;
+
+	for (int t = 0; t < B; t++)
+		rmsnorm(eng->xn + t * E, eng->x + t * E, L->attn_norm, E, hp->norm_eps);
+	/* q, k and v read the same input: one job */
+	const moe_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
+	float *out[] = {eng->q, eng->kb, eng->vb};
+	products(eng, il, eng->xn, B, 3, qkv, out);
+	for (int t = 0; t < B; t++) {
+		float *q = eng->q + t * nq, *k = eng->kb + t * kvd, *v = eng->vb + t * kvd;
+		if (L->bq)
+			for (int64_t i = 0; i < nq; i++)
+				q[i] += L->bq[i];
+		if (L->bk)
+			for (int64_t i = 0; i < kvd; i++)
+				k[i] += L->bk[i];
+		if (L->bv)
+			for (int64_t i = 0; i < kvd; i++)
+				v[i] += L->bv[i];
+		if (hp->qk_norm == MOE_QK_NORM_FULL) {
+			rmsnorm(q, q, L->q_norm, nq, hp->norm_eps);
+			rmsnorm(k, k, L->k_norm, kvd, hp->norm_eps);
+		} else if (hp->qk_norm == MOE_QK_NORM_HEAD) {
+			for (int64_t h = 0; h < H; h++)
+				rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
+			for (int64_t h = 0; h < Hkv; h++)
+				rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
+		}
+		for (int64_t h = 0; h < H; h++)
+			rope(eng, q + h * hd, t);
+		for (int64_t h = 0; h < Hkv; h++)
+			rope(eng, k + h * hd, t);
+		cache_store(eng, il, t, k, v, kvd);
+	}
+	attn_job j = {eng, il, B};
+	moe_pool_run(eng->pool, attn_worker, &j);
+	matmul(eng, &L->wo, il, eng->att, B, eng->tmp, E);
+	for (int64_t i = 0; i < B * E; i++)
+		eng->x[i] += eng->tmp[i];
+}
+
+/* ----------------------------------------------------------------- FFN */
+
+typedef struct {
+	const moe_kernels *k;
+	const moe_weight *wg, *wu;
+	const float *x;
+	int m;
+	float *g, *u;
+	void *scratch;
+} gate_up_job;
+
+static void gate_up_quantize(void *arg, int ith, int nth)
+{
+	gate_up_job *j = arg;
+	moe_matmul_quantize(j->k, j->wg->dtype, j->wg->cols, j->x, j->wg->cols, j->m, j->scratch,
+			    ith, nth);
+}
+
+static void gate_up_compute(void *arg, int ith, int nth)
+{
+	gate_up_job *j = arg;
+	int64_t ff = j->wg->rows, E = j->wg->cols;
+	moe_matmul_compute(j->k, j->wg->dtype, j->wg->data, ff, E, j->x, E, j->m, j->g, ff,
+			   j->scratch, ith, nth);
+	moe_matmul_compute(j->k, j->wu->dtype, j->wu->data, ff, E, j->x, E, j->m, j->u, ff,
+			   j->scratch, ith, nth);
+}
+
+/* g = x Wg^T and u = x Wu^T, fused: both read the same input, so it is
+ * quantised once and both products run in one pool job (pool may be NULL). */
+static void gate_up(const moe_kernels *k, moe_pool *pool, const moe_weight *wg,
+		    const moe_weight *wu, const float *x, int m, float *g, float *u, void *scratch)
+{
+	int64_t ff = wg->rows, E = wg->cols;
+	if (wg->dtype != wu->dtype || wu->cols != E || wu->rows != ff) {
+		moe_matmul(k, pool, wg->dtype, wg->data, ff, E, x, E, m, g, ff, scratch);
+		moe_matmul(k, pool, wu->dtype, wu->data, ff, E, x, E, m, u, ff, scratch);
+		return;
+	}
+	gate_up_job j = {k, wg, wu, x, m, g, u, scratch};
+	if (moe_type_get(wg->dtype)->vec_dot_type != MOE_F32) {
+		if (pool && m >= 2 * moe_pool_threads(pool))
+			moe_pool_run(pool, gate_up_quantize, &j);
+		else
+			gate_up_quantize(&j, 0, 1);
+	}
+	if (pool)
+		moe_pool_run(pool, gate_up_compute, &j);
+	else
+		gate_up_compute(&j, 0, 1);
+}
+
+/* out[m x n_embd] = (silu(x Wg^T) * (x Wu^T)) Wd^T over the pool. */
+static void swiglu_ffn(moe_engine *eng, int il, int expert, const moe_weight *wg,
+		       const moe_weight *wu, const moe_weight *wd, const float *x, int m, float *out)
+{
+	int64_t ff = wg->rows;
+	observe(eng, wg, il, expert, x, m);
+	observe(eng, wu, il, expert, x, m);
+	gate_up(eng->k, eng->pool, wg, wu, x, m, eng->gate, eng->up, eng->scratch);
+	for (int64_t i = 0; i < (int64_t)m * ff; i++)
+		eng->gate[i] = silu(eng->gate[i]) * eng->up[i];
+	observe(eng, wd, il, expert, eng->gate, m);
+	moe_matmul(eng->k, eng->pool, wd->dtype, wd->data, wd->rows, wd->cols, eng->gate, ff, m, out,
+		   wd->rows, eng->scratch);
+}
+
+/* Top-k of n values (k small): indices in decreasing order. */
+static void top_k(const float *v, int n, int k, int32_t *idx)
+{
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+		for (int i = 0; i < n; i++) {
+			bool taken = false;
+			for (int q = 0; q < j; q++)
+				taken |= idx[q] == i;
+			if (!taken && (best < 0 || v[i] > v[best]))
+				best = i;
+		}
+		idx[j] = best;
+	}
+}
+
+/* Router: softmax (or sigmoid) over all experts, keep the top k per token. */
+static void route(moe_engine *eng, int il, int B)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	const moe_layer *L = &eng->m->layers[il];
+	int nx = (int)hp->n_expert, k = (int)hp->n_expert_used;
+	matmul(eng, &L->router, il, eng->xn, B, eng->router, nx);
+	for (int t = 0; t < B; t++) {
+		float *r = eng->router + (int64_t)t * nx;
+		if (hp->gating == MOE_GATING_SIGMOID) {
+			for (int i = 0; i < nx; i++)
+				r[i] = 1.0f / (1.0f + expf(-r[i]));
+		} else {
+			float mx = -FLT_MAX;
+			for (int i = 0; i < nx; i++)
+				mx = r[i] > mx ? r[i] : mx;
+			double s = 0;
+			for (int i = 0; i < nx; i++)
+				s += (r[i] = expf(r[i] - mx));
+			for (int i = 0; i < nx; i++)
+				r[i] = (float)(r[i] / s);
+		}
+		int32_t *sel = eng->chosen + (int64_t)t * k;
+		float *w = eng->chosen_weight + (int64_t)t * k;
+		top_k(r, nx, k, sel);
+		double sum = 0;
+		for (int j = 0; j < k; j++)
+			sum += (w[j] = r[sel[j]]);
+		for (int j = 0; j < k; j++) {
+			if (hp->topk_renorm)
+				w[j] = (float)(w[j] / sum);
+			w[j] *= (float)hp->expert_weights_scale;
+		}
+		if (eng->route_fn)
+			eng->route_fn(eng->route_user, il, sel, w, k);
+	}
+}
+
+/* Group the step's (token, choice) slots by expert: active[0..n) the
+ * experts chosen, in id order; order[first_of[a] .. + count_of[a]) their
+ * slots in token order.  Returns n. */
+static int group_by_expert(moe_engine *eng, int B)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	int nx = (int)hp->n_expert, k = (int)hp->n_expert_used, n = 0;
+	int32_t *count = eng->count_of, *first = eng->first_of;
+	memset(count, 0, (size_t)nx * sizeof *count);
+	for (int s = 0; s < B * k; s++)
+		count[eng->chosen[s]]++;
+	int pos = 0;
+	for (int x = 0; x < nx; x++) {
+		first[x] = pos;
+		pos += count[x];
+	}
+	for (int s = 0; s < B * k; s++)
+		eng->order[first[eng->chosen[s]]++] = s;
+	for (int x = 0; x < nx; x++) {
+		first[x] -= count[x];
+		if (count[x]) {
+			eng->active[n] = x;
+			/* compact to the active list */
+			first[n] = first[x];
+			count[n] = count[x];
+			n++;
+		}
+	}
+	return n;
+}
+
+/* Expert a's rows: gather the normalised inputs of its slots into xe. */
+static void gather_rows(const moe_engine *eng, int a, float *xe)
+{
+	int64_t E = eng->m->hp.n_embd;
+	int k = (int)eng->m->hp.n_expert_used;
+	for (int i = 0; i < eng->count_of[a]; i++) {
+		int slot = eng->order[eng->first_of[a] + i];
+		memcpy(xe + (int64_t)i * E, eng->xn + (int64_t)(slot / k) * E, (size_t)E * sizeof(float));
+	}
+}
+
+/* expert_out[slot] = weight of the slot * down row i, for expert a's slots. */
+static void scatter_rows(moe_engine *eng, int a, const float *down)
+{
+	int64_t E = eng->m->hp.n_embd;
+	for (int i = 0; i < eng->count_of[a]; i++) {
+		int slot = eng->order[eng->first_of[a] + i];
+		float w = eng->chosen_weight[slot], *o = eng->expert_out + (int64_t)slot * E;
+		const float *d = down + (int64_t)i * E;
+		for (int64_t q = 0; q < E; q++)
+			o[q] = w * d[q];
+	}
+}
+
+typedef struct {
+	moe_engine *eng;
+	int n_active;
+	atomic_int next;   /* the next expert to take */
+} expert_job;
+
+/* Small steps: each thread runs whole experts on its own (one pool wake per
+ * layer instead of three per expert), taking the next one when it is done
+ * with the last, so threads that drew experts with fewer tokens take more.
+ * Which thread runs an expert does not change its results. */
+static void expert_worker(void *arg, int ith, int nth)
+{
+	expert_job *j = arg;
+	moe_engine *eng = j->eng;
+	const moe_hparams *hp = &eng->m->hp;
+	int64_t E = hp->n_embd, ff = hp->n_ff_exp;
+	float *xe = eng->par_buf + (size_t)ith * eng->par_stride;
+	float *de = xe + EXP_PAR_MAX * E, *g = de + EXP_PAR_MAX * E, *u = g + EXP_PAR_MAX * ff;
+	void *scr = eng->par_scratch + (size_t)ith * eng->par_scratch_bytes;
+	(void)nth;
+	for (int a; (a = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_active;) {
+		const moe_expert *x = &eng->active_w[a];
+		int m = eng->count_of[a];
+		gather_rows(eng, a, xe);
+		gate_up(eng->k, NULL, x->gate, x->up, xe, m, g, u, scr);
+		for (int64_t i = 0; i < (int64_t)m * ff; i++)
+			g[i] = silu(g[i]) * u[i];
+		moe_matmul(eng->k, NULL, x->down->dtype, x->down->data, x->down->rows, x->down->cols, g,
+			   ff, m, de, E, scr);
+		scatter_rows(eng, a, de);
+	}
+}
+
+static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	const moe_layer *L = &eng->m->layers[il];
+	int64_t E = hp->n_embd;
+	int k = (int)hp->n_expert_used;
+
+	route(eng, il, B);
+	int n_active = group_by_expert(eng, B);
+	/* the seam: the store hands over every chosen expert at once */
+	MOE_TRY(eng->experts->acquire(eng->experts, il, eng->active, n_active, eng->active_w, e));
+	if (B <= EXP_PAR_MAX && !eng->observe_fn) {
+		expert_job j = {eng, n_active, 0};
+		moe_pool_run(eng->pool, expert_worker, &j);
+	} else {
+		/* each expert over all threads, for the tokens routed to it */
+		for (int a = 0; a < n_active; a++) {
+			const moe_expert *x = &eng->active_w[a];
+			gather_rows(eng, a, eng->expert_in);
+			swiglu_ffn(eng, il, eng->active[a], x->gate, x->up, x->down, eng->expert_in,
+				   eng->count_of[a], eng->down_out);
+			scatter_rows(eng, a, eng->down_out);
+		}
+	}
+	eng->experts->release(eng->experts, il, eng->active, n_active);
+
+	bool shared = L->sh_gate.data != NULL;
+	if (shared) {
+		swiglu_ffn(eng, il, -1, &L->sh_gate, &L->sh_up, &L->sh_down, eng->xn, B, eng->shared_out);
+		float gate[1];
+		for (int t = 0; t < B; t++) {
+			float g = 1.0f;
+			if (L->sh_router.data) {
+				matmul(eng, &L->sh_router, il, eng->xn + (int64_t)t * E, 1, gate, 1);
+				g = 1.0f / (1.0f + expf(-gate[0]));
+			}
+			for (int64_t q = 0; q < E; q++)
+				eng->shared_out[(int64_t)t * E + q] *= g;
+		}
+	}
+	/* x += the token's experts in the order it chose them, then the shared one */
+	for (int t = 0; t < B; t++) {
+		const float *eo = eng->expert_out + (int64_t)t * k * E;
+		float *x = eng->x + (int64_t)t * E;
+		for (int64_t q = 0; q < E; q++) {
+			float s = 0;
+			for (int c = 0; c < k; c++)
+				s += eo[(int64_t)c * E + q];
+			if (shared)
+				s += eng->shared_out[(int64_t)t * E + q];
+			x[q] += s;
+		}
+	}
+	return 0;
+}
+
+static int ffn(moe_engine *eng, int il, int B, moe_error *e)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	const moe_layer *L = &eng->m->layers[il];
+	int64_t E = hp->n_embd;
+	for (int t = 0; t < B; t++)
+		rmsnorm(eng->xn + t * E, eng->x + t * E, L->ffn_norm, E, hp->norm_eps);
+	if (L->is_moe)
+		return moe_ffn(eng, il, B, e);
+	swiglu_ffn(eng, il, -1, &L->ffn_gate, &L->ffn_up, &L->ffn_down, eng->xn, B, eng->tmp);
+	for (int64_t i = 0; i < (int64_t)B * E; i++)
+		eng->x[i] += eng->tmp[i];
+	return 0;
+}
+
+/* ---------------------------------------------------------------- step */
+
+/* B <= n_batch tokens whose blocks are reserved and ids checked. */
+int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
+{
+	const moe_model *m = eng->m;
+	const moe_hparams *hp = &m->hp;
+	int64_t E = hp->n_embd;
+	eng->st = st;
+	for (int t = 0; t < B; t++)
+		row_to_float(eng, m->tok_embd.dtype,
+			     (const uint8_t *)m->tok_embd.data + (size_t)st[t].id * m->tok_embd.row_bytes,
+			     eng->x + t * E, E);
+	rope_tables(eng, st, B);
+	for (uint32_t il = 0; il < hp->n_layer; il++) {
+		attention(eng, (int)il, B);
+		MOE_TRY(ffn(eng, (int)il, B, e));
+	}
+	int n = 0;
+	for (int t = 0; t < B; t++)
+		if (st[t].logits) {
+			rmsnorm(eng->xn + (int64_t)n * E, eng->x + (int64_t)t * E, m->out_norm, E,
+				hp->norm_eps);
+			eng->want[n++] = t;
+		}
+	if (!n)
+		return 0;
+	uint32_t nv = hp->n_vocab;
+	matmul(eng, &m->output, -1, eng->xn, n, eng->out_rows, nv);
+	for (int i = 0; i < n; i++)
+		memcpy(st[eng->want[i]].logits, eng->out_rows + (size_t)i * nv, nv * sizeof(float));
+	return 0;
+}

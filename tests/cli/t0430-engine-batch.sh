@@ -1,0 +1,50 @@
+#!/bin/sh
+# tests/cli/t0430-engine-batch.sh — batch invariance of the engine: for
+# every architecture (F32) and mixtral / olmoe at F16, BF16, Q8_0, Q4_0,
+# Q4_K and the Q4_K_M mix, on every kernel set (default, MOE_ISA=avx2,
+# MOE_ISA=generic), tests/unit/engine-batch checks that a sequence's logits
+# and greedy ids are bit-identical alone and among 16 other sequences, with
+# other batch sizes, thread counts and prompt chunkings; that a sequence
+# sharing its prompt's blocks from the pool gets the same logits; that
+# every block returns to the pool; pool exhaustion; cancel mid-prefill.
+. "$top_srcdir/tests/cli/lib.sh"
+
+HELPER="$top_builddir/tests/unit/engine-batch"
+CONV="$BIN/moe-convert"
+GEN="$top_srcdir/scripts/gen-model"
+[ -x "$HELPER" ] || skip_all "tests/unit/engine-batch not built (make check builds it)"
+
+replay() { # replay FILE PREFIX: the helper's TAP lines as ours
+	while IFS= read -r line; do
+		case $line in
+		"ok "*) ok 0 "$2${line#ok * - }" ;;
+		"not ok "*) ok 1 "$2${line#not ok * - }" ;;
+		"#"*) echo "$line" ;;
+		esac
+	done <"$1"
+}
+
+seed=40
+for spec in "llama f32 tiny" "mixtral f32 tiny" "qwen2 f32 tiny" "qwen2moe f32 tiny" \
+	    "qwen3 f32 tiny" "qwen3moe f32 tiny" "olmoe f32 tiny" \
+	    "mixtral f16 tiny" "mixtral bf16 tiny" "mixtral q8_0 tiny" "mixtral q4_0 tiny" \
+	    "mixtral q4_k small" "mixtral q4_k_m small" "olmoe q8_0 tiny" "olmoe q4_k_m small"; do
+	set -- $spec
+	name=$1-$2
+	seed=$((seed + 1))
+	if ! "$PYTHON3" "$GEN" --arch "$1" --type "$2" --shape "$3" --seed $seed --out "$T/$name" \
+			>"$T/gen.err" 2>&1 || ! "$CONV" "$T/$name.gguf" "$T/$name.uth" >>"$T/gen.err" 2>&1; then
+		ok 1 "$name: generate and convert"; sed 's/^/#   /' "$T/gen.err"
+		continue
+	fi
+	for isa in default avx2 generic; do
+		if [ $isa = default ]; then
+			"$HELPER" "$T/$name.uth" "$name" >"$T/out" 2>&1
+		else
+			MOE_ISA=$isa "$HELPER" "$T/$name.uth" "$name ($isa)" >"$T/out" 2>&1
+		fi
+		replay "$T/out" ""
+	done
+	rm -f "$T/$name.gguf" "$T/$name.uth"
+done
+done_testing
