@@ -117,7 +117,7 @@ class HP:
         self.rope_theta = float(over.get('rope_theta') or
                                 {'gpt-oss': 150000.0, 'phimoe': 10000.0}.get(arch, 10000.0))
         self.n_ctx = int(over.get('n_ctx') or 4096)
-        self.tied = arch.startswith('granite') or bool(over.get('tied'))
+        self.tied = bool(over.get('tied'))
         self.check()
 
     def check(self):
@@ -501,10 +501,11 @@ def gguf_kvs(hp):
     return kv
 
 
-# Granite's multipliers, values exact in float32 (the published 3.0 models
-# use 12, 0.22, 0.015625, 6 / 8)
-GRANITE = dict(embedding_multiplier=12.0, residual_multiplier=0.25,
-               attention_multiplier=0.03125, logits_scaling=6.0)
+# Granite's multipliers, values exact in float32, none of them 1 and none
+# so large that one part of the model drowns the rest on random weights (the
+# published 3.0 models use 12, 0.22, 0.015625, 6 or 8, with tied embeddings)
+GRANITE = dict(embedding_multiplier=2.0, residual_multiplier=0.5,
+               attention_multiplier=0.125, logits_scaling=4.0)
 
 
 def hf_config(hp, voc, torch_dtype, mxfp4):

@@ -43,7 +43,8 @@ def parse(argv):
 	p = argparse.ArgumentParser(
 		prog='ref.py',
 		description='Independent numpy reference forward pass '
-			    '(llama, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe).')
+			    '(llama, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, deepseek2, '
+			    'gpt-oss, phimoe, granitemoe).')
 	p.add_argument('--model', required=True, help='GGUF file or HF snapshot directory')
 	g = p.add_mutually_exclusive_group(required=True)
 	g.add_argument('--tokens', help='prompt token ids, whitespace or comma separated')
@@ -97,7 +98,7 @@ def main(argv=None):
 		cfg, W = load.load(a.model, np.dtype(a.dtype))
 		if a.verbose:
 			print('ref: %s' % cfg.describe(), file=sys.stderr)
-		m = M.Model(cfg, W, a.emulate)
+		m = getattr(cfg, 'model_class', M.Model)(cfg, W, a.emulate)
 		out = []
 		if a.all_positions or not a.greedy:
 			logits = m.forward(ids)
