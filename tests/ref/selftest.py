@@ -24,7 +24,7 @@
 #                      flips; on a K-quant GGUF and an F32 GGUF: which
 #                      products see quantised inputs, the cache holds
 #                      float16, flips named the same whole or token by token
-#   hand2 DIR, yarn-scale GGUF HF, mla MODEL, window MODEL
+#   family2 DIR, hand2 DIR, yarn-scale GGUF HF, mla MODEL, window MODEL
 #                      the second family of architectures (deepseek2,
 #                      gpt-oss, phimoe, granitemoe): see selftest2.py
 #   rope-meta IN OUT TYPE FACTOR
@@ -752,6 +752,8 @@ def main(argv):
 			test_emulate_quantisers()
 			test_emulate_f16_and_tape()
 			test_emulate_models(args[0], args[1])
+		elif cmd == 'family2':
+			return 1 if S2.test_family2(args[0]) else 0
 		elif cmd == 'hand2':
 			S2.test_hand2(args[0])
 		elif cmd == 'yarn-scale':

@@ -353,3 +353,124 @@ def test_window(path):
 	m.forward(ids[:win + 1])
 	steps = m.forward(ids[win + 1:])
 	close('windowed, in two pieces', steps, slid[win + 1:], 1e-10)
+
+
+# --- everything above in one process (t0400-ref-selftest.sh) -----------------------
+
+PROMPT = [1, 7, 3, 9, 4, 200, 11, 5]
+
+TWINS = [  # name, gen-model arguments
+	('deepseek2', ['--arch', 'deepseek2', '--seed', '1']),
+	('deepseek2-v2', ['--arch', 'deepseek2-v2', '--seed', '1']),
+	('deepseek3', ['--arch', 'deepseek3', '--seed', '1']),
+	('gpt-oss', ['--arch', 'gpt-oss', '--seed', '1']),
+	('phimoe', ['--arch', 'phimoe', '--seed', '1']),
+	('granitemoe', ['--arch', 'granitemoe', '--seed', '1']),
+	('granitemoeshared', ['--arch', 'granitemoeshared', '--seed', '1']),
+	('deepseek3-f16', ['--arch', 'deepseek3', '--type', 'f16', '--seed', '2']),
+	('deepseek2-q8_0', ['--arch', 'deepseek2', '--type', 'q8_0', '--seed', '3']),
+	('deepseek2-v2-q4_k', ['--arch', 'deepseek2-v2', '--shape', 'small', '--type', 'q4_k',
+			       '--seed', '4']),
+	('gpt-oss-mxfp4', ['--arch', 'gpt-oss', '--type', 'mxfp4', '--seed', '5']),
+	('gpt-oss-q4_k-mxfp4', ['--arch', 'gpt-oss', '--shape', 'small', '--type', 'q4_k',
+				'--expert-type', 'mxfp4', '--seed', '6']),
+	('gpt-oss-q8_0', ['--arch', 'gpt-oss', '--type', 'q8_0', '--seed', '7']),
+	('phimoe-f16', ['--arch', 'phimoe', '--type', 'f16', '--seed', '8']),
+	('phimoe-q4_k', ['--arch', 'phimoe', '--shape', 'small', '--type', 'q4_k', '--seed', '9']),
+	('granitemoeshared-q8_0', ['--arch', 'granitemoeshared', '--type', 'q8_0', '--seed', '10']),
+	('granitemoe-q4_k', ['--arch', 'granitemoe', '--shape', 'small', '--type', 'q4_k',
+			     '--seed', '11']),
+]
+
+REFUSED = [  # name, model, config.json edit, words the message must contain
+	('phimoe with 3 experts per token', 'phimoe', ('num_experts_per_tok', 3), 'exactly 2 experts'),
+	('deepseek topk_method unknown', 'deepseek3', ('topk_method', 'bogus'), "topk_method 'bogus'"),
+	('deepseek moe_layer_freq 2', 'deepseek2', ('moe_layer_freq', 2), 'moe_layer_freq 2'),
+	('gpt-oss rope type unknown', 'gpt-oss', ('rope_scaling', {'rope_type': 'ntk', 'factor': 2.0}),
+	 'ntk'),
+]
+
+
+def twin(d, name, argv, tol=1e-6):
+	from moegen import generate
+	prefix = '%s/%s' % (d, name)
+	if generate.main(['--format', 'both', '--out', prefix] + argv) != 0:
+		raise Fail('gen-model %s failed' % ' '.join(argv))
+	res = []
+	for path in (prefix + '.gguf', prefix + '.hf'):
+		cfg, W = load.load(path)
+		m = cfg.model_class(cfg, W)
+		res.append(M.greedy(m, PROMPT, 32)[:2])
+	(lg, ig), (lh, ih) = res
+	err = np.abs(lg - lh).max() / np.abs(lh).max()
+	if not err <= tol:
+		raise Fail('GGUF and HF logits differ by %.3g of max |logit|' % err)
+	if ig != ih:
+		raise Fail('greedy: GGUF %s, HF %s' % (ig, ih))
+	if len(set(ig)) < 2:
+		raise Fail('degenerate continuation %s' % ig)
+	return 'max |GGUF - HF| %.2g of max |logit|' % err
+
+
+def refused(d, src, edit, words):
+	import json
+	import shutil
+	dst = '%s/refused.hf' % d
+	shutil.rmtree(dst, ignore_errors=True)
+	shutil.copytree('%s/%s.hf' % (d, src), dst)
+	p = dst + '/config.json'
+	with open(p) as f:
+		c = json.load(f)
+	c[edit[0]] = edit[1]
+	with open(p, 'w') as f:
+		json.dump(c, f)
+	try:
+		load.load(dst)
+	except load.LoadError as e:
+		if words not in str(e):
+			raise Fail('message %r does not say %r' % (str(e), words))
+		return str(e)
+	raise Fail('loaded')
+
+
+def test_family2(d):
+	"""Every check of the second family; one line per check on stdout:
+	'ok NAME' or 'not ok NAME: why'.  Exit status 1 if any failed."""
+	import selftest
+	checks = [('%s: GGUF and HF agree (logits, 32 greedy tokens)' % n,
+		   lambda n=n, a=a: twin(d, n, a)) for n, a in TWINS]
+	checks += [
+		('hand-computed: DeepSeek routers', hand_deepseek_route),
+		('hand-computed: an MLA layer, absorbed and expanded, whole and token by token',
+		 hand_mla),
+		('hand-computed: clamped SwiGLU, sinks, sliding window, MXFP4 blocks', hand_gptoss),
+		('hand-computed: sparsemixer, LayerNorm, LongRoPE', hand_phimoe),
+		('hand-computed: Granite MoE multipliers (and shared expert)', lambda: hand_granite(d)),
+		('deepseek2: YaRN attention scale mscale^2/sqrt(key length), rotation magnitude 1',
+		 lambda: test_yarn_scale('%s/deepseek3.gguf' % d, '%s/deepseek3.hf' % d))]
+	for m in ('deepseek2.gguf', 'deepseek2-v2.hf', 'deepseek3.gguf', 'deepseek2-v2-q4_k.gguf'):
+		checks.append(('MLA absorbed = expanded, cache = latent + rope key (%s)' % m,
+			       lambda m=m: test_mla('%s/%s' % (d, m))))
+	for m in ('gpt-oss.gguf', 'gpt-oss.hf', 'gpt-oss-mxfp4.gguf'):
+		checks.append(('sliding window: same within, different beyond (%s)' % m,
+			       lambda m=m: test_window('%s/%s' % (d, m))))
+	for m in ('deepseek3.hf', 'gpt-oss.gguf', 'phimoe.hf', 'granitemoeshared.gguf'):
+		checks.append(('KV cache = recomputation (%s)' % m,
+			       lambda m=m: selftest.test_cache('%s/%s' % (d, m))))
+	for name, src, edit, words in REFUSED:
+		checks.append(('config.json refused with a message: %s' % name,
+			       lambda src=src, edit=edit, words=words: refused(d, src, edit, words)))
+	failed = 0
+	import contextlib
+	import io
+	for name, fn in checks:
+		try:
+			with contextlib.redirect_stdout(io.StringIO()) as out:
+				note = fn()
+			print('ok %s' % name)
+			for line in ([note] if note else []) + out.getvalue().splitlines():
+				print('# %s' % line)
+		except (Fail, selftest.Fail, load.LoadError, ValueError) as e:
+			failed += 1
+			print('not ok %s: %s' % (name, e))
+	return failed
