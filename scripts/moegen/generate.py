@@ -171,7 +171,11 @@ def parse(argv):
     p = argparse.ArgumentParser(
         prog='gen-model',
         description='Write a seeded random-weight transformer as GGUF and/or an HF '
-        'snapshot holding the same numbers.')
+        'snapshot holding the same numbers.  deepseek2 (V2-Lite form), deepseek2-v2, '
+        'deepseek3, gpt-oss, phimoe, granitemoe and granitemoeshared come in the shapes '
+        'tiny and small (moegen/moe2.py; extra sizes: --q-lora-rank, --kv-lora-rank, '
+        '--rope-dim, --v-head-dim, --n-dense-lead, --n-group, --topk-group, --n-shared, '
+        '--sliding-window).')
     p.add_argument('--arch', required=True, choices=sorted(A.ARCHS) + sorted(moe2.ARCHS))
     p.add_argument('--format', default='gguf', choices=['gguf', 'hf', 'both'])
     p.add_argument('--out', required=True,
@@ -186,7 +190,7 @@ def parse(argv):
     p.add_argument('--n-ctx', type=int, default=None)
     for k in moe2.EXTRA:
         p.add_argument('--' + k.replace('_', '-'), type=int, default=None,
-                       help=argparse.SUPPRESS)
+                       help='(second family) ' + k)
     p.add_argument('--type', default='f32', choices=sorted(FILE_TYPE) + ['mxfp4'],
                    help='GGUF storage type of the weight matrices (norms, biases, router: F32); '
                    'mxfp4: gpt-oss experts in MXFP4, other matrices F32')

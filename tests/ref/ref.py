@@ -6,6 +6,10 @@
 #          [--greedy N] [--stop-at-eos] [--dtype float64|float32] [--recompute]
 #          [--emulate act-quant,kv-f16] [-v]
 #
+# Architectures: llama, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe
+# (model.py) and deepseek2, gpt-oss, phimoe, granitemoe (arch_*.py), from
+# GGUF or an HF snapshot.
+#
 # Loads every tensor decoded to --dtype (float64 by default), runs the prompt
 # through the forward pass of model.py and writes the last position's logits
 # (every position's with --all-positions: rows in order) as .npy or as text,
