@@ -24,7 +24,6 @@ import numpy as np
 import arch_common as C
 import arch_deepseek2 as DS
 import arch_gptoss as GO
-import arch_granitemoe as GR
 import arch_phimoe as PH
 import load
 import model as M
