@@ -231,8 +231,8 @@ def load_hf(c, d, dtype):
 		if gate.shape != (cfg.n_expert, F, n_embd) or down.shape != (E, n_embd, F) or \
 				gub.shape != (E, 2 * F):
 			raise C.LoadError('%s: layer %d experts: shapes %s %s %s do not fit %d experts '
-					  'of width %d' % (d, i, gate.shape, down.shape, gub.shape,
-							   cfg.n_expert, n_embd))
+					  'for hidden_size %d' % (d, i, gate.shape, down.shape, gub.shape,
+								  cfg.n_expert, n_embd))
 		C.derive(W, b + 'ffn_gate_exps.weight', gate)
 		C.derive(W, b + 'ffn_up_exps.weight', up)
 		C.derive(W, b + 'ffn_down_exps.weight', down)

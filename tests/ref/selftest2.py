@@ -387,7 +387,58 @@ REFUSED = [  # name, model, config.json edit, words the message must contain
 	('deepseek moe_layer_freq 2', 'deepseek2', ('moe_layer_freq', 2), 'moe_layer_freq 2'),
 	('gpt-oss rope type unknown', 'gpt-oss', ('rope_scaling', {'rope_type': 'ntk', 'factor': 2.0}),
 	 'ntk'),
+	('deepseek v_head_dim not kv_b_proj\'s', 'deepseek2', ('v_head_dim', 8),
+	 'kv_b_proj.weight has shape'),
+	('gpt-oss experts not num_local_experts', 'gpt-oss', ('num_local_experts', 8), 'do not fit'),
+	('granitemoe experts not num_local_experts', 'granitemoe', ('num_local_experts', 8),
+	 'do not fit'),
+	('phimoe LongRoPE factors of the wrong length', 'phimoe',
+	 ('rope_scaling', {'type': 'longrope', 'short_factor': [1.0] * 3, 'long_factor': [1.0] * 8,
+			   'original_max_position_embeddings': 1024}), 'LongRoPE factors: 3 and 8'),
 ]
+
+REFUSED_GGUF = [  # name, model, (renamed tensors, dropped tensors, dropped keys), words
+	('deepseek2 GGUF with attn_kv_b (before the MLA split)', 'deepseek2',
+	 ({'attn_k_b': 'attn_kv_b'}, ('attn_v_b',), ()), 'attn_kv_b without attn_k_b'),
+	('deepseek2 GGUF without key_length_mla', 'deepseek2',
+	 ({}, (), ('deepseek2.attention.key_length_mla',)), 'key_length_mla'),
+	('gpt-oss GGUF without sinks', 'gpt-oss', ({}, ('attn_sinks',), ()),
+	 'missing tensor blk.0.attn_sinks.weight'),
+]
+
+
+def refused_gguf(d, src, edit, words):
+	"""A copy of SRC.gguf with tensors renamed / dropped and keys dropped
+	must fail to load with a message containing `words`."""
+	from moegen import gguf as gw
+	from moegen import reader as gr
+	rename, drop, keys = edit
+	r = gr.GGUFReader('%s/%s.gguf' % (d, src))
+	dst = '%s/refused.gguf' % d
+
+	def new(name):
+		role = name.split('.')[2] if name.startswith('blk.') else None
+		if role in drop:
+			return None
+		return name.replace('.%s.' % role, '.%s.' % rename[role]) if role in rename else name
+	w = gw.GGUFWriter(dst)
+	for k, v in r.kv.items():
+		if k not in keys:
+			w.add(k, r.kv_type[k], v)
+	kept = [(t, new(t.name)) for t in r.tensors if new(t.name)]
+	for t, n in kept:
+		w.add_tensor(n, t.ne, t.type)
+	w.begin()
+	for t, n in kept:
+		w.write(n, r.raw(t.name))
+	w.finish()
+	try:
+		load.load(dst)
+	except load.LoadError as e:
+		if words not in str(e):
+			raise Fail('message %r does not say %r' % (str(e), words))
+		return str(e)
+	raise Fail('loaded')
 
 
 def twin(d, name, argv, tol=1e-6):
@@ -459,6 +510,9 @@ def test_family2(d):
 	for name, src, edit, words in REFUSED:
 		checks.append(('config.json refused with a message: %s' % name,
 			       lambda src=src, edit=edit, words=words: refused(d, src, edit, words)))
+	for name, src, edit, words in REFUSED_GGUF:
+		checks.append(('refused with a message: %s' % name,
+			       lambda src=src, edit=edit, words=words: refused_gguf(d, src, edit, words)))
 	failed = 0
 	import contextlib
 	import io
