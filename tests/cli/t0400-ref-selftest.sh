@@ -100,6 +100,11 @@ for f in gguf hf; do
 	is "$?:$(wc -w <"$T/ds.$f")" "0:4" "ref.py on deepseek3.$f: 4 ids"
 done
 is "$(cat "$T/ds.gguf")" "$(cat "$T/ds.hf")" 'ref.py: deepseek3 GGUF and HF continue alike'
+"$PYTHON3" "$REF" --model "$T/deepseek3.gguf" --tokens "$PROMPT" --greedy 4 --mla expanded \
+	>"$T/ds.x" 2>"$T/ref.err"
+is "$?:$(cat "$T/ds.x")" "0:$(cat "$T/ds.gguf")" 'ref.py --mla expanded: the same continuation'
+"$PYTHON3" "$REF" --model "$T/phimoe.gguf" --tokens 1 --mla expanded >/dev/null 2>"$T/err"
+is "$?:$(grep -c 'no latent attention' "$T/err")" "1:1" 'ref.py --mla on phimoe: exit 1, says why'
 
 # --emulate (the engine's arithmetic: tests/ref/README): quantisers and
 # float16 rounding by hand, then on a K-quant and an F32 model
