@@ -182,7 +182,8 @@ def parse(argv):
                    help='output prefix: writes OUT.gguf and/or the snapshot directory OUT.hf/ '
                    '(a suffix already given is not repeated)')
     p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--shape', default='tiny', choices=list(A.SHAPES))
+    p.add_argument('--shape', default='tiny',
+                   choices=list(A.SHAPES) + [k for k in moe2.BENCH if k not in A.SHAPES])
     for k in A.HPARAMS:
         p.add_argument('--' + k.replace('_', '-'), type=int, default=None)
     p.add_argument('--rope-theta', type=float, default=None)
@@ -311,8 +312,9 @@ def run(args):
 def run_moe2(args, t0):
     """deepseek2 / gpt-oss / phimoe / granitemoe (moegen/moe2.py)."""
     fam = moe2.ARCHS[args.arch][3]
-    voc = load_vocab(args, argparse.Namespace(family=fam), 'tiny',
-                     args.n_vocab or 512)
+    big = args.shape in moe2.BENCH
+    voc = load_vocab(args, argparse.Namespace(family=fam), 'olmoe-s' if big else 'tiny',
+                     args.n_vocab or (50257 if big else 512))
     if args.type in HF_DTYPE:
         hf_type = args.hf_type or args.type
     else:

@@ -310,6 +310,9 @@ FP4 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6
                dtype=np.float32)
 
 
+_FP4_MID = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+
+
 def quant_mxfp4(x):
     """The exponent as ggml's reference quantiser chooses it (floor(log2
     amax) - 2, so the largest code 6 covers 1.5 * 2^floor(log2 amax) and
@@ -321,8 +324,12 @@ def quant_mxfp4(x):
         e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - 2 + 127, 0)
     e = np.clip(e, 0, 254).astype(np.int64)
     d = np.ldexp(1.0, e - 127)
-    err = np.abs(b[:, :, None] - FP4.astype(np.float64)[None, None, :] * d[:, None, None])
-    q = np.argmin(err, axis=2).astype(np.uint8)
+    # nearest magnitude by the midpoints of 0 0.5 1 1.5 2 3 4 6 (a value on
+    # a midpoint takes the smaller magnitude: the first of equally near
+    # codes); the sign bit only when the magnitude is not 0 (+0 comes first).
+    # d is a power of two, so |x| / d is exact.
+    mag = np.searchsorted(_FP4_MID, np.abs(b) / d[:, None], side='left')
+    q = (mag + 8 * ((b < 0) & (mag > 0))).astype(np.uint8)
     out = np.empty((b.shape[0], 17), dtype=np.uint8)
     out[:, 0] = e
     out[:, 1:] = q[:, :16] | (q[:, 16:] << 4)

@@ -80,23 +80,47 @@ VARIANT = {
 }
 YARN = dict(factor=4.0, orig=1024)          # n_ctx 4096 = 4 x the original context
 
+# Benchmark shapes (GGUF only, streamed to disk; the ~50k gpt-2 vocabulary
+# of ../shared/vocab): DeepSeek-V2-Lite and gpt-oss-20b scaled down to about
+# 0.9 G parameters (0.9 GB in Q8_0, 0.5 GB with MXFP4 experts).
+#   ds2lite-s  V2-Lite's layout (MLA with direct queries, 64 experts of
+#              which 6 used, 2 shared, 1 dense layer first) at embedding
+#              1024, 8 layers, 8 heads of 128 + 64 rope dims, latent 256
+#   gptoss-s   gpt-oss-20b's layout (32 experts, 4 used, heads of 64, 4 KV
+#              heads, window 128) at embedding 1024, 8 layers, 16 heads
+BENCH = {
+    'ds2lite-s': ('deepseek', dict(n_vocab=0, n_embd=1024, n_layer=8, n_head=8, n_head_kv=8,
+                                   head_dim=128, n_ff=2816, n_expert=64, n_expert_used=6,
+                                   n_ff_exp=512, n_ff_shexp=0, kv_lora_rank=256, rope_dim=64,
+                                   v_head_dim=128, n_dense_lead=1)),
+    'gptoss-s': ('gpt-oss', dict(n_vocab=0, n_embd=1024, n_layer=8, n_head=16, n_head_kv=4,
+                                 head_dim=64, n_ff=1024, n_expert=32, n_expert_used=4,
+                                 n_ff_exp=1024, n_ff_shexp=0, sliding_window=128)),
+}
+SHAPE_NAMES = ('tiny', 'small') + tuple(BENCH)
+
 
 class HP:
     """Hyper-parameters of one generated model (attributes by name)."""
 
     def __init__(self, arch, shape, over):
-        if shape not in ('tiny', 'small'):
-            raise ValueError('--shape %s: %s has the shapes tiny and small' % (shape, arch))
+        ds = arch.startswith('deepseek')
+        if shape in BENCH and BENCH[shape][0] == ('deepseek' if ds else arch):
+            s = dict(BENCH[shape][1])
+        elif shape in ('tiny', 'small'):
+            s = dict((_DS if ds else _STD)[shape])
+        else:
+            raise ValueError('--shape %s: %s has the shapes tiny and small%s' % (
+                shape, arch, ''.join(' and ' + k for k, v in BENCH.items()
+                                     if v[0] == ('deepseek' if ds else arch))))
         self.arch = arch
         self.shape = shape
         self.gguf_arch, self.hf_arch, self.model_type, self.family = ARCHS[arch]
-        ds = arch.startswith('deepseek')
-        s = dict((_DS if ds else _STD)[shape])
         if ds:
             v = VARIANT[arch]
             s['q_lora_rank'] = s['n_embd'] // 2 if v['q_lora'] else 0
-            if shape == 'small' and v['q_lora']:
-                s['q_lora_rank'] = 256
+            if shape != 'tiny' and v['q_lora']:
+                s['q_lora_rank'] = 256 if shape == 'small' else 512
             s.update(n_shared=v['n_shared'], n_group=v['n_group'], topk_group=v['topk_group'])
             self.variant = v
         for k, val in over.items():
@@ -244,7 +268,15 @@ def draw(name, shape, kind, seed):
         return (1 + np.arange(shape[0]) / 64).astype(np.float32)
     if kind == 'rope_long':
         return (1 + np.arange(shape[0]) / 4).astype(np.float32)
-    parts = []
+    parts = list(draw_parts(name, shape, kind, seed))
+    return np.stack(parts) if len(shape) == 3 else parts[0]
+
+
+def draw_parts(name, shape, kind, seed):
+    """draw() one expert at a time (the whole tensor if it is not stacked)."""
+    if kind.startswith('rope_'):
+        yield draw(name, shape, kind, seed)
+        return
     n_part = shape[0] if len(shape) == 3 else 1
     for e in range(n_part):
         rng = np.random.default_rng([seed, zlib.crc32(name.encode()), e])
@@ -261,8 +293,7 @@ def draw(name, shape, kind, seed):
             x *= np.float32(0.1)
         elif kind == 'probs_b':
             x *= np.float32(0.05)
-        parts.append(x)
-    return np.stack(parts) if len(shape) == 3 else parts[0]
+        yield x
 
 
 def storage_type(name, shape, storage, qtype, etype):
@@ -619,7 +650,23 @@ def run(args, voc, name, gguf_path, hf_dir, want_gguf, want_hf, hf_type):
         if t not in ggml.BY_NAME:
             raise G.UsageError('--type %s is not available for %s' % (t, args.arch))
     hf_st, torch_dtype, hf_ggml = G.HF_DTYPE[hf_type]
-    T, types, held, raw = build(hp, qtype, etype, args.seed, hf_ggml)
+    if hp.shape in BENCH and want_hf:
+        raise G.UsageError('--shape %s: GGUF only (--format gguf)' % hp.shape)
+    if want_hf:
+        T, types, held, raw = build(hp, qtype, etype, args.seed, hf_ggml)
+        chunks = lambda n, shape, kind: [raw[n]]          # noqa: E731
+    else:
+        # streamed: one expert (or tensor) in memory at a time; the same
+        # bytes as the in-memory path (rows are quantised independently)
+        T = plan(hp)
+        types = {n: storage_type(n, shape, storage, qtype, etype)
+                 for n, shape, _, storage in T}
+
+        def chunks(n, shape, kind):
+            for x in draw_parts(n, shape, kind, args.seed):
+                if hf_ggml != ggml.F32:
+                    x = ggml.round_to(x, hf_ggml)
+                yield ggml.encode(x, types[n])
     mxfp4 = any(t == ggml.MXFP4 for t in types.values())
     if want_gguf:
         w = gguf.GGUFWriter(gguf_path)
@@ -637,8 +684,9 @@ def run(args, voc, name, gguf_path, hf_dir, want_gguf, want_hf, hf_type):
             for n, shape, _, _ in T:
                 w.add_tensor(n, list(reversed(shape)), types[n])
             w.begin()
-            for n, _, _, _ in T:
-                w.write(n, raw[n])
+            for n, shape, kind, _ in T:
+                for c in chunks(n, shape, kind):
+                    w.write(n, c)
             w.finish()
             w = None
         finally:
