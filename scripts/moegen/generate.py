@@ -175,7 +175,8 @@ def parse(argv):
         'deepseek3, gpt-oss, phimoe, granitemoe and granitemoeshared come in the shapes '
         'tiny and small (moegen/moe2.py; extra sizes: --q-lora-rank, --kv-lora-rank, '
         '--rope-dim, --v-head-dim, --n-dense-lead, --n-group, --topk-group, --n-shared, '
-        '--sliding-window).')
+        '--sliding-window), and the benchmark shapes ds2lite-s (deepseek2 forms) and '
+        'gptoss-s (gpt-oss), GGUF only.')
     p.add_argument('--arch', required=True, choices=sorted(A.ARCHS) + sorted(moe2.ARCHS))
     p.add_argument('--format', default='gguf', choices=['gguf', 'hf', 'both'])
     p.add_argument('--out', required=True,

@@ -570,6 +570,13 @@ for a in deepseek3 gpt-oss-mxfp4; do
 	cmp -s "$T/m2/$a.hf/model.safetensors" "$T/b/$a.hf/model.safetensors" || same=1
 	ok $same "$a: deterministic (same bytes twice)"
 done
+check "--format gguf alone (streamed) writes the bytes --format both does (deepseek3, gpt-oss mxfp4)" -- sh -c \
+	"$GEN --arch deepseek3 --seed 7 --out '$T/g3' && cmp '$T/g3.gguf' '$T/m2/deepseek3.gguf' &&
+	 $GEN --arch gpt-oss --type mxfp4 --seed 7 --out '$T/g4' && cmp '$T/g4.gguf' '$T/m2/gpt-oss-mxfp4.gguf'"
+$GEN --arch gpt-oss --shape gptoss-s --format both --out "$T/x" 2>"$T/err"
+is "$?:$(grep -c 'GGUF only' "$T/err")" "2:1" "benchmark shape gptoss-s with --format both: usage error"
+$GEN --arch phimoe --shape ds2lite-s --out "$T/x" 2>"$T/err"
+is "$?:$(grep -c 'tiny and small' "$T/err")" "2:1" "phimoe --shape ds2lite-s: usage error"
 $GEN --arch phimoe --type mxfp4 --out "$T/x" 2>"$T/err"
 is "$?:$(grep -c 'only gpt-oss' "$T/err")" "2:1" "--type mxfp4 for phimoe: usage error"
 $GEN --arch llama --expert-type mxfp4 --out "$T/x" 2>"$T/err"
