@@ -11,6 +11,7 @@ EXTRA_DIST += \
 	scripts/moegen/generate.py \
 	scripts/moegen/ggml.py \
 	scripts/moegen/gguf.py \
+	scripts/moegen/moe2.py \
 	scripts/moegen/reader.py \
 	scripts/moegen/safetensors.py \
 	scripts/moegen/vocab.py

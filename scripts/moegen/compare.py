@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 from . import arch as A
+from . import moe2
 from . import safetensors as st
 from .reader import GGUFReader
 
@@ -52,6 +53,8 @@ def compare(gguf_path, hf_dir, tol=0.0):
     from .generate import unpermute
     with open(os.path.join(hf_dir, 'config.json')) as f:
         cfg = json.load(f)
+    if cfg['architectures'][0] in moe2.HF_NAMES:
+        return moe2.compare(gguf_path, hf_dir, tol)
     hp = hparams_from_config(cfg)
     r = GGUFReader(gguf_path)
     bad = []

@@ -19,6 +19,7 @@ import numpy as np
 from . import arch as A
 from . import ggml
 from . import gguf
+from . import moe2
 from . import reader as gr
 from . import safetensors as st
 from . import vocab as V
@@ -170,21 +171,33 @@ def parse(argv):
     p = argparse.ArgumentParser(
         prog='gen-model',
         description='Write a seeded random-weight transformer as GGUF and/or an HF '
-        'snapshot holding the same numbers.')
-    p.add_argument('--arch', required=True, choices=sorted(A.ARCHS))
+        'snapshot holding the same numbers.  deepseek2 (V2-Lite form), deepseek2-v2, '
+        'deepseek3, gpt-oss, phimoe, granitemoe and granitemoeshared come in the shapes '
+        'tiny and small (moegen/moe2.py; extra sizes: --q-lora-rank, --kv-lora-rank, '
+        '--rope-dim, --v-head-dim, --n-dense-lead, --n-group, --topk-group, --n-shared, '
+        '--sliding-window), and the benchmark shapes ds2lite-s (deepseek2 forms) and '
+        'gptoss-s (gpt-oss), GGUF only.')
+    p.add_argument('--arch', required=True, choices=sorted(A.ARCHS) + sorted(moe2.ARCHS))
     p.add_argument('--format', default='gguf', choices=['gguf', 'hf', 'both'])
     p.add_argument('--out', required=True,
                    help='output prefix: writes OUT.gguf and/or the snapshot directory OUT.hf/ '
                    '(a suffix already given is not repeated)')
     p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--shape', default='tiny', choices=list(A.SHAPES))
+    p.add_argument('--shape', default='tiny',
+                   choices=list(A.SHAPES) + [k for k in moe2.BENCH if k not in A.SHAPES])
     for k in A.HPARAMS:
         p.add_argument('--' + k.replace('_', '-'), type=int, default=None)
     p.add_argument('--rope-theta', type=float, default=None)
     p.add_argument('--rms-eps', type=float, default=None)
     p.add_argument('--n-ctx', type=int, default=None)
-    p.add_argument('--type', default='f32', choices=sorted(FILE_TYPE),
-                   help='GGUF storage type of the weight matrices (norms, biases, router: F32)')
+    for k in moe2.EXTRA:
+        p.add_argument('--' + k.replace('_', '-'), type=int, default=None,
+                       help='(second family) ' + k)
+    p.add_argument('--type', default='f32', choices=sorted(FILE_TYPE) + ['mxfp4'],
+                   help='GGUF storage type of the weight matrices (norms, biases, router: F32); '
+                   'mxfp4: gpt-oss experts in MXFP4, other matrices F32')
+    p.add_argument('--expert-type', default=None, choices=sorted(FILE_TYPE) + ['mxfp4'],
+                   help='storage type of the routed experts (default --type); mxfp4 for gpt-oss')
     p.add_argument('--hf-type', default=None, choices=sorted(HF_DTYPE),
                    help='HF dtype (default: --type if it is a float type, else f32)')
     p.add_argument('--vocab', default=None,
@@ -218,6 +231,10 @@ def out_paths(out):
 
 def run(args):
     t0 = time.time()
+    if args.arch in moe2.ARCHS:
+        return run_moe2(args, t0)
+    if args.type == 'mxfp4' or args.expert_type not in (None, args.type):
+        raise UsageError('--type mxfp4 / --expert-type: only for %s' % ', '.join(sorted(moe2.ARCHS)))
     a = A.ARCHS[args.arch]
     over = {k: getattr(args, k) for k in A.HPARAMS}
     over.update(rope_theta=args.rope_theta, rms_eps=args.rms_eps, n_ctx=args.n_ctx,
@@ -291,6 +308,27 @@ def run(args):
         print('gen-model: %s %s %s: %.3g M parameters, %s, %.2f s'
               % (a.name, args.shape, hp.describe(), A.n_params(tensors) / 1e6, args.type,
                  time.time() - t0), file=sys.stderr)
+
+
+def run_moe2(args, t0):
+    """deepseek2 / gpt-oss / phimoe / granitemoe (moegen/moe2.py)."""
+    fam = moe2.ARCHS[args.arch][3]
+    big = args.shape in moe2.BENCH
+    voc = load_vocab(args, argparse.Namespace(family=fam), 'olmoe-s' if big else 'tiny',
+                     args.n_vocab or (50257 if big else 512))
+    if args.type in HF_DTYPE:
+        hf_type = args.hf_type or args.type
+    else:
+        hf_type = args.hf_type or 'f32'
+    name = args.name or 'moegen-%s-%s' % (args.arch, args.shape)
+    gguf_path, hf_dir = out_paths(args.out)
+    hp, T = moe2.run(args, voc, name, gguf_path, hf_dir, args.format in ('gguf', 'both'),
+                     args.format in ('hf', 'both'), hf_type)
+    if args.verbose:
+        n = sum(int(np.prod(t[1])) for t in T)
+        print('gen-model: %s %s %s: %.3g M parameters, %s, %.2f s'
+              % (args.arch, args.shape, hp.describe(), n / 1e6, args.type, time.time() - t0),
+              file=sys.stderr)
 
 
 _CTX = None

@@ -1,6 +1,6 @@
 # moegen/ggml.py — ggml tensor types: the traits table, half-precision
 # conversions, and numpy quantisers / dequantisers for the block formats the
-# generator writes (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+# generator writes (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4).
 #
 # Block layouts follow ggml's public format description; the code is ours.
 # Q8_0 and Q4_0 reproduce ggml's reference round-to-nearest quantisation
@@ -14,6 +14,7 @@ QK_K = 256   # super-block size of the K-quants
 
 # ggml type ids (stable on-disk numbers in GGUF).
 F32, F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 8, 12, 13, 14, 30
+MXFP4 = 39
 
 # id -> (name, elements per block, bytes per block)
 TRAITS = {
@@ -25,6 +26,7 @@ TRAITS = {
     Q4_K: ('Q4_K', QK_K, 2 + 2 + 12 + QK_K // 2),
     Q5_K: ('Q5_K', QK_K, 2 + 2 + 12 + QK_K // 8 + QK_K // 2),
     Q6_K: ('Q6_K', QK_K, QK_K // 2 + QK_K // 4 + QK_K // 16 + 2),
+    MXFP4: ('MXFP4', QK, 1 + QK // 2),
 }
 
 # Names the other ggml types have, so a reader can say what it cannot decode.
@@ -299,9 +301,52 @@ def deq_q6_k(raw):
     return (eff[:, :, None] * q).reshape(-1)
 
 
+# --- MXFP4 (OCP microscaling FP4): block = e (E8M0 exponent byte) | qs[16];
+# element j in the low nibble of qs[j], element j + 16 in the high nibble;
+# a nibble is an E2M1 code (sign, 2 exponent bits, 1 mantissa bit), value
+# FP4[code] * 2^(e - 127).
+
+FP4 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6],
+               dtype=np.float32)
+
+
+_FP4_MID = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+
+
+def quant_mxfp4(x):
+    """The exponent as ggml's reference quantiser chooses it (floor(log2
+    amax) - 2, so the largest code 6 covers 1.5 * 2^floor(log2 amax) and
+    larger elements saturate); each element the nearest code (the first
+    of equal ones)."""
+    b = _blocks(x, QK).astype(np.float64)
+    amax = np.abs(b).max(axis=1)
+    with np.errstate(divide='ignore'):
+        e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - 2 + 127, 0)
+    e = np.clip(e, 0, 254).astype(np.int64)
+    d = np.ldexp(1.0, e - 127)
+    # nearest magnitude by the midpoints of 0 0.5 1 1.5 2 3 4 6 (a value on
+    # a midpoint takes the smaller magnitude: the first of equally near
+    # codes); the sign bit only when the magnitude is not 0 (+0 comes first).
+    # d is a power of two, so |x| / d is exact.
+    mag = np.searchsorted(_FP4_MID, np.abs(b) / d[:, None], side='left')
+    q = (mag + 8 * ((b < 0) & (mag > 0))).astype(np.uint8)
+    out = np.empty((b.shape[0], 17), dtype=np.uint8)
+    out[:, 0] = e
+    out[:, 1:] = q[:, :16] | (q[:, 16:] << 4)
+    return out
+
+
+def deq_mxfp4(raw):
+    b = _as_blocks(raw, MXFP4)
+    d = np.ldexp(np.float32(1), b[:, 0].astype(np.int32) - 127).astype(np.float32)
+    q = np.concatenate([b[:, 1:] & 0xF, b[:, 1:] >> 4], axis=1)
+    return (FP4[q] * d[:, None]).reshape(-1)
+
+
 QUANT = {Q8_0: quant_q8_0, Q4_0: quant_q4_0, Q4_K: quant_q4_k, Q5_K: quant_q5_k,
-         Q6_K: quant_q6_k}
-DEQUANT = {Q8_0: deq_q8_0, Q4_0: deq_q4_0, Q4_K: deq_q4_k, Q5_K: deq_q5_k, Q6_K: deq_q6_k}
+         Q6_K: quant_q6_k, MXFP4: quant_mxfp4}
+DEQUANT = {Q8_0: deq_q8_0, Q4_0: deq_q4_0, Q4_K: deq_q4_k, Q5_K: deq_q5_k, Q6_K: deq_q6_k,
+           MXFP4: deq_mxfp4}
 
 
 def encode(x, t):

@@ -15,7 +15,7 @@ import struct
 
 import numpy as np
 
-DTYPES = {'F32': ('<f4', 4), 'F16': ('<f2', 2), 'BF16': ('<u2', 2)}
+DTYPES = {'F32': ('<f4', 4), 'F16': ('<f2', 2), 'BF16': ('<u2', 2), 'U8': ('<u1', 1)}
 
 
 class _File:

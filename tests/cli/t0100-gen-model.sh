@@ -308,6 +308,166 @@ def vocab(g, h, src):
 	with open(os.path.join(h, 'config.json')) as f:
 		expect(json.load(f)['vocab_size'] == n, 'config vocab_size')
 
+def arch2(d):
+	"""The second family (moegen/moe2.py), tiny shapes: GGUF keys and tensor
+	shapes as llama.cpp's converter writes them, config.json fields and HF
+	tensor shapes as the published checkpoints have them, and both files
+	holding the same numbers."""
+	from moegen import compare
+	import math
+	G = {  # name -> ({GGUF key: value}, {tensor: ne}, [absent tensors])
+	'deepseek2': ({'attention.kv_lora_rank': 32, 'attention.key_length': 40,
+		       'attention.value_length': 32, 'attention.key_length_mla': 24,
+		       'attention.value_length_mla': 16, 'attention.head_count_kv': 1,
+		       'rope.dimension_count': 8, 'leading_dense_block_count': 1,
+		       'expert_shared_count': 2, 'expert_feed_forward_length': 32, 'expert_count': 8,
+		       'expert_gating_func': 1, 'expert_group_count': 1, 'rope.scaling.type': 'yarn',
+		       'rope.scaling.original_context_length': 1024},
+		      {'blk.0.ffn_gate.weight': [64, 128], 'blk.1.attn_q.weight': [64, 96],
+		       'blk.1.attn_kv_a_mqa.weight': [64, 40], 'blk.1.attn_kv_a_norm.weight': [32],
+		       'blk.1.attn_k_b.weight': [16, 32, 4], 'blk.1.attn_v_b.weight': [32, 16, 4],
+		       'blk.1.attn_output.weight': [64, 64], 'blk.1.ffn_gate_shexp.weight': [64, 64],
+		       'blk.1.ffn_down_exps.weight': [32, 64, 8], 'blk.1.ffn_gate_inp.weight': [64, 8]},
+		      ['blk.1.attn_kv_b.weight', 'blk.1.attn_q_a.weight', 'blk.0.ffn_gate_inp.weight']),
+	'deepseek3': ({'attention.q_lora_rank': 32, 'expert_gating_func': 2,
+		       'expert_weights_norm': True, 'expert_weights_scale': 2.5,
+		       'expert_group_count': 4, 'expert_group_used_count': 2, 'expert_shared_count': 1},
+		      {'blk.1.attn_q_a.weight': [64, 32], 'blk.1.attn_q_a_norm.weight': [32],
+		       'blk.1.attn_q_b.weight': [32, 96], 'blk.1.exp_probs_b.bias': [8]},
+		      ['blk.1.attn_q.weight']),
+	'gpt-oss': ({'attention.sliding_window': 4, 'expert_feed_forward_length': 32,
+		     'attention.key_length': 16, 'rope.scaling.type': 'yarn', 'expert_count': 4},
+		    {'blk.0.attn_sinks.weight': [4], 'blk.0.post_attention_norm.weight': [64],
+		     'blk.0.ffn_gate_inp.bias': [4], 'blk.0.ffn_gate_exps.bias': [32, 4],
+		     'blk.0.ffn_down_exps.bias': [64, 4], 'blk.1.attn_output.bias': [64],
+		     'blk.1.attn_k.bias': [32]},
+		    ['blk.0.ffn_norm.weight']),
+	'phimoe': ({'rope.scaling.original_context_length': 1024, 'attention.sliding_window': 0,
+		    'rope.dimension_count': 16},
+		   {'rope_factors_long.weight': [8], 'rope_factors_short.weight': [8],
+		    'blk.0.attn_norm.bias': [64], 'blk.1.ffn_norm.bias': [64],
+		    'blk.0.attn_output.bias': [64], 'output_norm.bias': [64], 'output.bias': [512]}, []),
+	'granitemoe': ({'attention.scale': 0.125, 'embedding_scale': 2.0, 'residual_scale': 0.5,
+			'logit_scale': 4.0, 'expert_count': 4},
+		       {'blk.0.ffn_gate_exps.weight': [64, 32, 4]}, ['blk.0.ffn_up_shexp.weight']),
+	'granitemoeshared': ({'expert_shared_feed_forward_length': 64},
+			     {'blk.1.ffn_up_shexp.weight': [64, 64],
+			      'blk.1.ffn_down_shexp.weight': [64, 64]}, []),
+	}
+	H = {  # name -> ({config.json field: value}, {HF tensor: shape})
+	'deepseek2': ({'architectures': ['DeepseekV2ForCausalLM'], 'model_type': 'deepseek_v2',
+		       'q_lora_rank': None, 'kv_lora_rank': 32, 'qk_nope_head_dim': 16,
+		       'qk_rope_head_dim': 8, 'v_head_dim': 16, 'first_k_dense_replace': 1,
+		       'n_shared_experts': 2, 'n_routed_experts': 8, 'topk_method': 'greedy',
+		       'scoring_func': 'softmax', 'moe_intermediate_size': 32},
+		      {'model.layers.1.self_attn.kv_b_proj.weight': [128, 32],
+		       'model.layers.1.self_attn.kv_a_proj_with_mqa.weight': [40, 64],
+		       'model.layers.1.self_attn.kv_a_layernorm.weight': [32],
+		       'model.layers.1.self_attn.q_proj.weight': [96, 64],
+		       'model.layers.1.mlp.experts.7.down_proj.weight': [64, 32],
+		       'model.layers.1.mlp.shared_experts.gate_proj.weight': [64, 64],
+		       'model.layers.0.mlp.gate_proj.weight': [128, 64]}),
+	'deepseek3': ({'architectures': ['DeepseekV3ForCausalLM'], 'model_type': 'deepseek_v3',
+		       'q_lora_rank': 32, 'topk_method': 'noaux_tc', 'scoring_func': 'sigmoid',
+		       'n_group': 4, 'topk_group': 2, 'norm_topk_prob': True,
+		       'routed_scaling_factor': 2.5},
+		      {'model.layers.1.mlp.gate.e_score_correction_bias': [8],
+		       'model.layers.1.self_attn.q_a_proj.weight': [32, 64],
+		       'model.layers.1.self_attn.q_a_layernorm.weight': [32],
+		       'model.layers.1.self_attn.q_b_proj.weight': [96, 32]}),
+	'gpt-oss': ({'architectures': ['GptOssForCausalLM'], 'model_type': 'gpt_oss',
+		     'layer_types': ['sliding_attention', 'full_attention'], 'sliding_window': 4,
+		     'swiglu_limit': 7.0, 'head_dim': 16, 'num_local_experts': 4},
+		    {'model.layers.0.self_attn.sinks': [4], 'model.layers.0.mlp.router.bias': [4],
+		     'model.layers.0.mlp.experts.gate_up_proj': [4, 64, 64],
+		     'model.layers.0.mlp.experts.gate_up_proj_bias': [4, 64],
+		     'model.layers.0.mlp.experts.down_proj': [4, 32, 64],
+		     'model.layers.0.mlp.experts.down_proj_bias': [4, 64]}),
+	'phimoe': ({'architectures': ['PhimoeForCausalLM'], 'model_type': 'phimoe',
+		    'lm_head_bias': True, 'attention_bias': True, 'num_local_experts': 4},
+		   {'model.layers.0.input_layernorm.bias': [64], 'lm_head.bias': [512],
+		    'model.norm.bias': [64], 'model.layers.1.block_sparse_moe.experts.3.w2.weight': [64, 32],
+		    'model.layers.1.self_attn.o_proj.bias': [64]}),
+	'granitemoe': ({'architectures': ['GraniteMoeForCausalLM'], 'model_type': 'granitemoe',
+			'embedding_multiplier': 2.0, 'attention_multiplier': 0.125,
+			'residual_multiplier': 0.5, 'logits_scaling': 4.0},
+		       {'model.layers.0.block_sparse_moe.input_linear.weight': [4, 64, 64],
+			'model.layers.0.block_sparse_moe.output_linear.weight': [4, 64, 32],
+			'model.layers.0.block_sparse_moe.router.layer.weight': [4, 64]}),
+	'granitemoeshared': ({'architectures': ['GraniteMoeSharedForCausalLM'],
+			      'shared_intermediate_size': 64},
+			     {'model.layers.1.shared_mlp.input_linear.weight': [128, 64],
+			      'model.layers.1.shared_mlp.output_linear.weight': [64, 64]}),
+	}
+	for name in G:
+		r = GGUFReader('%s/%s.gguf' % (d, name))
+		g = r.kv['general.architecture']
+		expect(g == {'deepseek3': 'deepseek2', 'granitemoeshared': 'granitemoe'}.get(name, name),
+		       '%s: architecture %r' % (name, g))
+		kvs, tensors, absent = G[name]
+		for k, v in kvs.items():
+			got = r.kv.get(g + '.' + k)
+			ok = abs(got - v) < 1e-6 if isinstance(v, float) and got is not None else got == v
+			expect(ok, '%s: %s.%s = %r, want %r' % (name, g, k, got, v))
+		for t, ne in tensors.items():
+			expect(t in r.names() and r.info(t).ne == ne, '%s: %s ne %s, want %s'
+			       % (name, t, r.info(t).ne if t in r.names() else None, ne))
+		for t in absent:
+			expect(t not in r.names(), '%s: has %s' % (name, t))
+		with open('%s/%s.hf/config.json' % (d, name)) as f:
+			cfg = json.load(f)
+		fields, shapes = H[name]
+		for k, v in fields.items():
+			expect(cfg.get(k) == v, '%s: config.json %s = %r, want %r' % (name, k, cfg.get(k), v))
+		hdr, _ = st.read_header('%s/%s.hf/model.safetensors' % (d, name))
+		for t, s in shapes.items():
+			expect(t in hdr and hdr[t]['shape'] == s, '%s: HF %s shape %s, want %s'
+			       % (name, t, hdr[t]['shape'] if t in hdr else None, s))
+		bad = compare.compare('%s/%s.gguf' % (d, name), '%s/%s.hf' % (d, name))
+		expect(not bad, '%s: GGUF and HF differ: %s' % (name, bad[:3]))
+	# phimoe: attn_factor as convert_hf_to_gguf.py derives it, = the config's mscales
+	r = GGUFReader('%s/phimoe.gguf' % d)
+	a = r.kv['phimoe.rope.scaling.attn_factor']
+	expect(abs(a - math.sqrt(1 + math.log(4) / math.log(1024))) < 1e-6, 'attn_factor %r' % a)
+	with open('%s/phimoe.hf/config.json' % d) as f:
+		rs = json.load(f)['rope_scaling']
+	expect(rs['type'] == 'longrope' and rs['short_mscale'] == a == rs['long_mscale'] and
+	       len(rs['short_factor']) == 8, 'phimoe rope_scaling %r' % rs)
+	# deepseek2: yarn_log_multiplier = 0.1 mscale_all_dim
+	r = GGUFReader('%s/deepseek3.gguf' % d)
+	with open('%s/deepseek3.hf/config.json' % d) as f:
+		rs = json.load(f)['rope_scaling']
+	expect(abs(r.kv['deepseek2.rope.scaling.yarn_log_multiplier'] - 0.1 * rs['mscale_all_dim'])
+	       < 1e-7, 'yarn_log_multiplier')
+	# gpt-oss with MXFP4 experts: the published checkpoints' HF form
+	r = GGUFReader('%s/gpt-oss-mxfp4.gguf' % d)
+	expect(r.kv['general.file_type'] == 38, 'file type %r' % r.kv['general.file_type'])
+	for t in ('ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps'):
+		expect(ggml.type_name(r.info('blk.1.%s.weight' % t).type) == 'MXFP4', '%s type' % t)
+	expect(ggml.type_name(r.info('blk.1.attn_q.weight').type) == 'F32', 'attn_q type')
+	hdr, _ = st.read_header('%s/gpt-oss-mxfp4.hf/model.safetensors' % d)
+	x = 'model.layers.1.mlp.experts.'
+	for t, s in (('gate_up_proj_blocks', [4, 64, 2, 16]), ('gate_up_proj_scales', [4, 64, 2]),
+		     ('down_proj_blocks', [4, 64, 1, 16]), ('down_proj_scales', [4, 64, 1])):
+		expect(hdr[x + t]['shape'] == s and hdr[x + t]['dtype'] == 'U8', '%s %s' % (t, hdr[x + t]))
+	with open('%s/gpt-oss-mxfp4.hf/config.json' % d) as f:
+		expect(json.load(f)['quantization_config']['quant_method'] == 'mxfp4', 'quant_method')
+	bad = compare.compare('%s/gpt-oss-mxfp4.gguf' % d, '%s/gpt-oss-mxfp4.hf' % d)
+	expect(not bad, 'gpt-oss mxfp4: %s' % bad[:3])
+
+def mxfp4():
+	# one block by hand: amax 5 -> e = floor(log2 5) - 2 + 127 = 127 (scale 1):
+	# 5 -> 4 or 6 (equally near: the first, 4, code 6), -0.3 -> -0.5 (code 9,
+	# nearer than 0), 0.2 -> 0 (code 0), 1.25 -> 1 (1 and 1.5 equally near:
+	# code 2); element j in the low nibble of byte j, j + 16 in the high one
+	x = np.zeros(32, dtype=np.float32)
+	x[0], x[1], x[16], x[17] = 5, -0.3, 0.2, 1.25
+	b = ggml.quant_mxfp4(x[None, :])[0]
+	expect(b[0] == 127 and b[1] == 0x06 and b[2] == 0x29, 'mxfp4 block %r' % list(b[:3]))
+	expect(list(ggml.deq_mxfp4(b)[[0, 1, 16, 17]]) == [4, -0.5, 0, 1], 'mxfp4 decode')
+	x = np.full((1, 32), 0.01, dtype=np.float32)     # amax 0.01: e = -7 - 2 + 127
+	expect(ggml.quant_mxfp4(x)[0][0] == 118, 'mxfp4 small exponent')
+
 globals()[sys.argv[1]](*sys.argv[2:])
 EOF
 
@@ -317,6 +477,7 @@ check "quantisers: q8_0 matches ggml's reference rounding" -- $CHK q8_0
 check "quantisers: q4_0 matches ggml's reference rounding" -- $CHK q4_0
 check "dequantisers: q4_k/q5_k/q6_k hand-built blocks" -- $CHK kquants
 check "quantisers: round-trip error bounds" -- $CHK roundtrip
+check "quantisers: mxfp4 block by hand (exponent, nearest codes, nibble order)" -- $CHK mxfp4
 
 mkdir -p "$T/a" "$T/b"
 for a in $ARCHS; do
@@ -388,6 +549,45 @@ check "tied embeddings: no output.weight / lm_head" -- sh -c \
 check "sharded HF snapshot (--shards 3)" -- sh -c \
 	"$GEN --arch qwen2moe --format both --shards 3 --out '$T/sh' &&
 	 $CHK shards '$T/sh.hf' 3 && $PYTHON3 -m moegen.compare '$T/sh.gguf' '$T/sh.hf'"
+
+# the second family (moegen/moe2.py): deepseek2 in its V2-Lite / V2 / V3
+# forms, gpt-oss (also with MXFP4 experts), phimoe, granitemoe (+shared)
+mkdir -p "$T/m2"
+for a in deepseek2 deepseek2-v2 deepseek3 gpt-oss phimoe granitemoe granitemoeshared; do
+	check "$a: generate tiny (gguf + hf)" -- $GEN --arch $a --format both --seed 7 --out "$T/m2/$a"
+done
+check "gpt-oss --type mxfp4: generate" -- \
+	$GEN --arch gpt-oss --type mxfp4 --format both --seed 7 --out "$T/m2/gpt-oss-mxfp4"
+check "second family: GGUF keys and tensors as llama.cpp names them, config.json and HF tensors as published, same numbers" -- \
+	$CHK arch2 "$T/m2"
+check "granitemoe: q/k rows interleaved in GGUF, rotate-half in HF" -- \
+	$CHK permute "$T/m2/granitemoe.gguf" "$T/m2/granitemoe.hf"
+for a in deepseek3 gpt-oss-mxfp4; do
+	x=$a; [ $a = gpt-oss-mxfp4 ] && x="gpt-oss --type mxfp4"
+	$GEN --arch $x --format both --seed 7 --out "$T/b/$a" 2>/dev/null
+	same=0
+	cmp -s "$T/m2/$a.gguf" "$T/b/$a.gguf" || same=1
+	cmp -s "$T/m2/$a.hf/model.safetensors" "$T/b/$a.hf/model.safetensors" || same=1
+	ok $same "$a: deterministic (same bytes twice)"
+done
+check "--format gguf alone (streamed) writes the bytes --format both does (deepseek3, gpt-oss mxfp4)" -- sh -c \
+	"$GEN --arch deepseek3 --seed 7 --out '$T/g3' && cmp '$T/g3.gguf' '$T/m2/deepseek3.gguf' &&
+	 $GEN --arch gpt-oss --type mxfp4 --seed 7 --out '$T/g4' && cmp '$T/g4.gguf' '$T/m2/gpt-oss-mxfp4.gguf'"
+$GEN --arch gpt-oss --shape gptoss-s --format both --out "$T/x" 2>"$T/err"
+is "$?:$(grep -c 'GGUF only' "$T/err")" "2:1" "benchmark shape gptoss-s with --format both: usage error"
+$GEN --arch phimoe --shape ds2lite-s --out "$T/x" 2>"$T/err"
+is "$?:$(grep -c 'tiny and small' "$T/err")" "2:1" "phimoe --shape ds2lite-s: usage error"
+$GEN --arch phimoe --type mxfp4 --out "$T/x" 2>"$T/err"
+is "$?:$(grep -c 'only gpt-oss' "$T/err")" "2:1" "--type mxfp4 for phimoe: usage error"
+$GEN --arch llama --expert-type mxfp4 --out "$T/x" 2>"$T/err"
+is "$?" 2 "--expert-type for llama: usage error"
+$GEN --arch deepseek3 --shape mixtral-s --out "$T/x" 2>"$T/err"
+is "$?:$(grep -c 'tiny and small' "$T/err")" "2:1" "deepseek3 --shape mixtral-s: usage error"
+check "small deepseek2-v2 q4_k: GGUF and HF agree; attn_k_b falls back to Q8_0 (rows of 64)" -- sh -c \
+	"$GEN --arch deepseek2-v2 --shape small --type q4_k --format both --out '$T/m2/dsq' &&
+	 $PYTHON3 -m moegen.compare '$T/m2/dsq.gguf' '$T/m2/dsq.hf' &&
+	 $CHK types '$T/m2/dsq.gguf' blk.1.attn_k_b.weight=Q8_0 blk.1.attn_v_b.weight=Q4_K \
+		blk.1.ffn_down_exps.weight=Q4_K blk.1.ffn_gate_inp.weight=F32"
 
 if [ -f "$SHARED/vocab/ggml-vocab-llama-spm.gguf" ]; then
 	check "--vocab llama-spm: tokenizer KVs copied, HF tokenizer derived" -- sh -c \

@@ -14,7 +14,14 @@
 #    the CLI's output forms agree and bad input fails cleanly;
 #  - --emulate (act-quant, kv-f16): the activation quantisers and the f16
 #    rounding on values worked out by hand, the rounding-tie bookkeeping
-#    vs_engine.py uses, and which products see quantised inputs.
+#    vs_engine.py uses, and which products see quantised inputs;
+#  - the second family (deepseek2 in its V2-Lite / V2 / V3 forms, gpt-oss,
+#    phimoe, granitemoe with and without a shared expert): GGUF and HF twins
+#    agree (F32, F16, Q8_0, Q4_K, MXFP4 experts), each architecture-specific
+#    piece against a hand-computed case, absorbed MLA = expanded MLA, the
+#    sliding window changes outputs beyond the window and not within it,
+#    DeepSeek's YaRN attention scale from both files, KV cache =
+#    recomputation, and config.json values the reference refuses.
 . "$top_srcdir/tests/cli/lib.sh"
 
 REF="$top_srcdir/tests/ref/ref.py"
@@ -69,6 +76,35 @@ twin qwen2-f16 --arch qwen2 --type f16 --seed 8
 twin qwen3-bf16 --arch qwen3 --type bf16 --seed 9
 twin llama-tied --arch llama --tied --seed 10
 twin qwen3moe-tied --arch qwen3moe --tied --seed 11
+
+# the second family (tests/ref/arch_*.py): every check in one process
+# (selftest2.py family2: generation, both loaders, hand-computed pieces,
+# MLA forms, the sliding window, the cache, refused configs), one TAP line each
+"$PYTHON3" "$SELF" family2 "$T" >"$T/family2" 2>"$T/family2.err"
+st=$?
+while IFS= read -r line; do
+	case $line in
+	'ok '*) ok 0 "${line#ok }" ;;
+	'not ok '*) ok 1 "${line#not ok }" ;;
+	*) echo "$line" ;;
+	esac
+done <"$T/family2"
+[ -s "$T/family2.err" ] && sed 's/^/#   /' "$T/family2.err" | head -20
+grep -q '^ok KV cache' "$T/family2" && [ $st -le 1 ]
+ok $? 'family2 checks ran to the end'
+"$PYTHON3" "$REF" --model "$T/gpt-oss-q4_k-mxfp4.gguf" --tokens "$PROMPT" --greedy 8 \
+	--emulate act-quant,kv-f16 >"$T/emu2.greedy" 2>"$T/ref.err"
+is "$?:$(wc -w <"$T/emu2.greedy")" "0:8" 'ref.py --emulate on gpt-oss with MXFP4 experts: 8 ids'
+for f in gguf hf; do
+	"$PYTHON3" "$REF" --model "$T/deepseek3.$f" --tokens "$PROMPT" --greedy 4 >"$T/ds.$f" 2>"$T/ref.err"
+	is "$?:$(wc -w <"$T/ds.$f")" "0:4" "ref.py on deepseek3.$f: 4 ids"
+done
+is "$(cat "$T/ds.gguf")" "$(cat "$T/ds.hf")" 'ref.py: deepseek3 GGUF and HF continue alike'
+"$PYTHON3" "$REF" --model "$T/deepseek3.gguf" --tokens "$PROMPT" --greedy 4 --mla expanded \
+	>"$T/ds.x" 2>"$T/ref.err"
+is "$?:$(cat "$T/ds.x")" "0:$(cat "$T/ds.gguf")" 'ref.py --mla expanded: the same continuation'
+"$PYTHON3" "$REF" --model "$T/phimoe.gguf" --tokens 1 --mla expanded >/dev/null 2>"$T/err"
+is "$?:$(grep -c 'no latent attention' "$T/err")" "1:1" 'ref.py --mla on phimoe: exit 1, says why'
 
 # --emulate (the engine's arithmetic: tests/ref/README): quantisers and
 # float16 rounding by hand, then on a K-quant and an F32 model

@@ -31,6 +31,18 @@ if _SCRIPTS not in sys.path:
 from moegen import reader as gguf_reader  # noqa: E402
 
 ARCHS = ('llama', 'qwen2', 'qwen2moe', 'qwen3', 'qwen3moe', 'olmoe')
+# the second family, each in its own module (arch_*.py): GGUF
+# general.architecture / config.json model_type -> module name
+MORE_GGUF = {'deepseek2': 'arch_deepseek2', 'gpt-oss': 'arch_gptoss', 'phimoe': 'arch_phimoe',
+	     'granitemoe': 'arch_granitemoe'}
+MORE_HF = {'deepseek_v2': 'arch_deepseek2', 'deepseek_v3': 'arch_deepseek2',
+	   'gpt_oss': 'arch_gptoss', 'phimoe': 'arch_phimoe', 'granitemoe': 'arch_granitemoe',
+	   'granitemoeshared': 'arch_granitemoe'}
+
+
+def _module(name):
+	import importlib
+	return importlib.import_module(name)
 
 
 class LoadError(Exception):
@@ -151,9 +163,11 @@ def load_gguf(path, dtype=np.float64):
 	except (OSError, gguf_reader.GGUFError) as e:
 		raise LoadError(str(e))
 	arch = _kv(r, 'general.architecture', required=True)
+	if arch in MORE_GGUF:
+		return _module(MORE_GGUF[arch]).load_gguf(r, path, dtype)
 	if arch not in ARCHS:
 		raise LoadError('%s: architecture %r is not one the reference knows (%s)'
-				% (path, arch, ', '.join(ARCHS)))
+				% (path, arch, ', '.join(ARCHS + tuple(MORE_GGUF))))
 	W = GGUFTensors(path, r, dtype)
 	a = arch + '.'
 	k = lambda key, d=None, req=False: _kv(r, a + key, d, req)   # noqa: E731
@@ -210,7 +224,7 @@ def load_gguf(path, dtype=np.float64):
 
 # --- HF snapshot ------------------------------------------------------------------------
 
-ST_DTYPES = {'F32': '<f4', 'F16': '<f2', 'BF16': '<u2', 'F64': '<f8'}
+ST_DTYPES = {'F32': '<f4', 'F16': '<f2', 'BF16': '<u2', 'F64': '<f8', 'U8': '<u1'}
 
 
 class HFTensors(Tensors):
@@ -370,6 +384,8 @@ def load_hf(d, dtype=np.float64):
 	except (OSError, ValueError) as e:
 		raise LoadError('%s: config.json: %s' % (d, e))
 	mt = c.get('model_type')
+	if mt in MORE_HF:
+		return _module(MORE_HF[mt]).load_hf(c, d, dtype)
 	if mt not in HF_TYPES:
 		raise LoadError('%s: model_type %r is not one the reference knows' % (d, mt))
 	arch, qk_norm, norm_default = HF_TYPES[mt]

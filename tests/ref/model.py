@@ -62,7 +62,9 @@ class Rope:
 	  'yarn'    YaRN (Peng et al. 2023): per pair, a ramp between the
 	            interpolated angle (pos / factor) and the original one,
 	            by how many turns the pair makes over the original context;
-	            cos and sin scaled by mscale = 1 + 0.1 ln(factor)."""
+	            cos and sin scaled by mscale = 1 + 0.1 ln(factor).  The
+	            ramp's ends are whole pair indices (floor / ceil) unless
+	            truncate is false (HF's rope_scaling.truncate, gpt-oss)."""
 
 	def __init__(self, n_dims, base=10000.0, style='neox', scaling='none', factor=1.0,
 		     n_ctx_orig=0, beta_fast=32.0, beta_slow=1.0, attn_factor=1.0):
@@ -81,6 +83,7 @@ class Rope:
 		self.beta_fast = float(beta_fast)
 		self.beta_slow = float(beta_slow)
 		self.attn_factor = float(attn_factor)
+		self.truncate = True
 
 	def __repr__(self):
 		return 'Rope(%d, base=%g, %s, %s x%g)' % (self.n_dims, self.base, self.style,
@@ -101,9 +104,11 @@ class Rope:
 		if self.scaling == 'linear':
 			theta = theta / self.factor
 		elif self.scaling == 'yarn':
-			low = max(0.0, math.floor(self._yarn_corr_dim(self.beta_fast)))
-			high = min(self.n_dims - 1.0,
-				   math.ceil(self._yarn_corr_dim(self.beta_slow)))
+			low = self._yarn_corr_dim(self.beta_fast)
+			high = self._yarn_corr_dim(self.beta_slow)
+			if self.truncate:
+				low, high = math.floor(low), math.ceil(high)
+			low, high = max(0.0, low), min(self.n_dims - 1.0, high)
 			ramp = np.clip((i - low) / max(0.001, high - low), 0.0, 1.0)
 			extrap = 1.0 - ramp        # 1: keep the original angle, 0: interpolate
 			theta = theta / self.factor * (1.0 - extrap) + theta * extrap

@@ -209,6 +209,22 @@ def dec_iq4_xs(b):
 	return ((d[:, None] * ls.astype(np.float32))[:, :, None] * q).reshape(-1, 256)
 
 
+def dec_mxfp4(b):
+	# e u8 (E8M0: the scale 2^(e - 127)) | qs[16]: element j in the low
+	# nibble of qs[j], element j + 16 in the high nibble; a nibble is an
+	# E2M1 float (sign, 2 exponent bits with bias 1, 1 mantissa bit):
+	# x = FP4[q] * 2^(e - 127)  (OCP Microscaling Formats spec, v1.0)
+	scale = np.ldexp(np.float32(1), b[:, 0].astype(np.int32) - 127).astype(np.float32)
+	q = _nibbles(b[:, 1:17])
+	return scale[:, None] * FP4_E2M1[q]
+
+
+# E2M1 values by code: 0 000 = 0, 0 001 = 0.5 (subnormal), then
+# 2^(exp - 1) * (1 + mantissa / 2); bit 3 is the sign
+FP4_E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6],
+		    dtype=np.float32)
+
+
 # --- the type table ---------------------------------------------------------------
 
 def _f32(b):
@@ -243,6 +259,7 @@ TYPES = {
 	20: ('IQ4_NL', QK, 18, dec_iq4_nl),
 	23: ('IQ4_XS', QK_K, 136, dec_iq4_xs),
 	30: ('BF16', 1, 2, _bf16),
+	39: ('MXFP4', QK, 17, dec_mxfp4),
 }
 BY_NAME = {v[0]: k for k, v in TYPES.items()}
 

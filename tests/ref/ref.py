@@ -4,7 +4,11 @@
 #   ref.py --model M.gguf|SNAPSHOT_DIR (--tokens "1 2 3" | --prompt-ids-file F)
 #          [--logits OUT.npy] [--logits-txt OUT] [--all-positions]
 #          [--greedy N] [--stop-at-eos] [--dtype float64|float32] [--recompute]
-#          [--emulate act-quant,kv-f16] [-v]
+#          [--emulate act-quant,kv-f16] [--mla absorbed|expanded] [-v]
+#
+# Architectures: llama, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe
+# (model.py) and deepseek2, gpt-oss, phimoe, granitemoe (arch_*.py), from
+# GGUF or an HF snapshot.
 #
 # Loads every tensor decoded to --dtype (float64 by default), runs the prompt
 # through the forward pass of model.py and writes the last position's logits
@@ -43,7 +47,8 @@ def parse(argv):
 	p = argparse.ArgumentParser(
 		prog='ref.py',
 		description='Independent numpy reference forward pass '
-			    '(llama, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe).')
+			    '(llama, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, deepseek2, '
+			    'gpt-oss, phimoe, granitemoe).')
 	p.add_argument('--model', required=True, help='GGUF file or HF snapshot directory')
 	g = p.add_mutually_exclusive_group(required=True)
 	g.add_argument('--tokens', help='prompt token ids, whitespace or comma separated')
@@ -59,6 +64,9 @@ def parse(argv):
 	p.add_argument('--dtype', default='float64', choices=['float64', 'float32'])
 	p.add_argument('--recompute', action='store_true',
 		       help='no KV cache: rerun the whole sequence for every generated token')
+	p.add_argument('--mla', choices=['absorbed', 'expanded'], default=None,
+		       help='deepseek2: attention through the latent (absorbed, default) or '
+		       'with expanded keys and values (the same numbers)')
 	p.add_argument('--emulate', default='', metavar='LIST',
 		       help='engine arithmetic to model: act-quant, kv-f16 (comma separated)')
 	p.add_argument('-v', '--verbose', action='store_true',
@@ -97,7 +105,12 @@ def main(argv=None):
 		cfg, W = load.load(a.model, np.dtype(a.dtype))
 		if a.verbose:
 			print('ref: %s' % cfg.describe(), file=sys.stderr)
-		m = M.Model(cfg, W, a.emulate)
+		kw = {}
+		if a.mla:
+			if cfg.arch != 'deepseek2':
+				raise load.LoadError('--mla: %s has no latent attention' % cfg.arch)
+			kw['mla'] = a.mla
+		m = getattr(cfg, 'model_class', M.Model)(cfg, W, a.emulate, **kw)
 		out = []
 		if a.all_positions or not a.greedy:
 			logits = m.forward(ids)

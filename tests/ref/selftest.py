@@ -24,6 +24,9 @@
 #                      flips; on a K-quant GGUF and an F32 GGUF: which
 #                      products see quantised inputs, the cache holds
 #                      float16, flips named the same whole or token by token
+#   family2 DIR, hand2 DIR, yarn-scale GGUF HF, mla MODEL, window MODEL
+#                      the second family of architectures (deepseek2,
+#                      gpt-oss, phimoe, granitemoe): see selftest2.py
 #   rope-meta IN OUT TYPE FACTOR
 #                      copy a gen-model GGUF + HF pair (IN.gguf, IN.hf) to
 #                      OUT.gguf / OUT.hf with rope scaling TYPE (linear, yarn)
@@ -44,6 +47,7 @@ import actquant as A  # noqa: E402
 import load  # noqa: E402
 import model as M  # noqa: E402
 import quants as Q  # noqa: E402
+import selftest2 as S2  # noqa: E402
 from moegen import ggml as gen_ggml  # noqa: E402  (load.py put scripts/ on the path)
 from moegen import gguf as gen_gguf  # noqa: E402
 from moegen import reader as gen_reader  # noqa: E402
@@ -661,7 +665,7 @@ def test_emulate_models(qpath, fpath):
 
 def test_cache(path):
 	cfg, W = load.load(path)
-	m = M.Model(cfg, W)
+	m = getattr(cfg, 'model_class', M.Model)(cfg, W)
 	prompt = [1, 7, 3, 9, 4]
 	whole = m.forward(prompt)
 	m.reset()
@@ -748,12 +752,22 @@ def main(argv):
 			test_emulate_quantisers()
 			test_emulate_f16_and_tape()
 			test_emulate_models(args[0], args[1])
+		elif cmd == 'family2':
+			return 1 if S2.test_family2(args[0]) else 0
+		elif cmd == 'hand2':
+			S2.test_hand2(args[0])
+		elif cmd == 'yarn-scale':
+			S2.test_yarn_scale(args[0], args[1])
+		elif cmd == 'mla':
+			S2.test_mla(args[0])
+		elif cmd == 'window':
+			S2.test_window(args[0])
 		elif cmd == 'rope-meta':
 			rope_meta(args[0], args[1], args[2], float(args[3]))
 		else:
 			print('selftest.py: unknown check %r' % cmd, file=sys.stderr)
 			return 2
-	except (Fail, load.LoadError) as e:
+	except (Fail, S2.Fail, load.LoadError) as e:
 		print('selftest.py %s: %s' % (cmd, e), file=sys.stderr)
 		return 1
 	return 0

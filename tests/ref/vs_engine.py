@@ -125,7 +125,7 @@ class Verdict:
 class Judge:
 	def __init__(self, a, cfg, W, prompt):
 		self.a, self.cfg, self.prompt = a, cfg, prompt
-		self.m = M.Model(cfg, W, a.emulate)
+		self.m = getattr(cfg, 'model_class', M.Model)(cfg, W, a.emulate)
 		self.runs = {}
 
 	def run(self, seq, flips=(), margin=0.0):
@@ -187,7 +187,8 @@ def main(argv):
 		prompt = [int(x) for x in a.tokens.replace(',', ' ').split()]
 		cfg, W = load.load(a.model, np.float64)
 		judge = Judge(a, cfg, W, prompt)
-		plain = M.Model(cfg, W).forward(prompt)[-1] if a.plain_tol else None
+		plain = getattr(cfg, 'model_class', M.Model)(cfg, W).forward(prompt)[-1] \
+			if a.plain_tol else None
 	except (load.LoadError, ValueError, OSError) as e:
 		print('vs_engine.py: %s' % e, file=sys.stderr)
 		return 1

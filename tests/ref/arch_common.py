@@ -1,0 +1,181 @@
+# tests/ref/arch_common.py — what the reference's second family of
+# architectures (arch_deepseek2.py, arch_gptoss.py, arch_phimoe.py,
+# arch_granitemoe.py) shares: LayerNorm, attention with a window and sinks,
+# a model base class with a per-layer cache, and loader helpers.
+#
+# Each architecture module provides
+#   load_gguf(r, path, dtype) -> (Config, Tensors)   r: a moegen GGUFReader
+#   load_hf(c, d, dtype)      -> (Config, Tensors)   c: config.json as a dict
+# and a Model subclass named by cfg.model_class; load.py dispatches to them.
+import math
+
+import numpy as np
+
+import actquant
+import load
+import model as M
+
+LoadError = load.LoadError
+
+
+def layer_norm(x, w, b, eps):
+	"""LayerNorm (Ba et al. 2016) over the last axis, with weight and bias."""
+	c = x - np.mean(x, axis=-1, keepdims=True)
+	return c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps) * w + b
+
+
+def attend(q, K, V, qpos, kpos, scale, sinks=None, window=0):
+	"""Causal attention of queries q (T, H, d) at positions qpos over keys K
+	(S, Hk, d) and values V (S, Hk, dv) at positions kpos; query head j
+	reads KV head j // (H / Hk).  window > 0: a query at p sees keys at
+	p - window < k <= p only (the current token and window - 1 before it).
+	sinks (H,): a learned logit per head that joins the softmax's
+	denominator and attends to nothing (gpt-oss)."""
+	T, H, _ = q.shape
+	group = H // K.shape[1]
+	hidden = kpos[None, :] > qpos[:, None]
+	if window:
+		hidden |= kpos[None, :] <= qpos[:, None] - window
+	out = np.empty((T, H, V.shape[2]), dtype=q.dtype)
+	for j in range(H):
+		s = (q[:, j, :] @ K[:, j // group, :].T) * scale
+		s = np.where(hidden, -np.inf, s)
+		if sinks is None:
+			p = M.softmax(s)
+		else:
+			m = np.maximum(np.max(s, axis=1, keepdims=True), sinks[j])
+			e = np.exp(s - m)
+			p = e / (np.sum(e, axis=1, keepdims=True) + np.exp(sinks[j] - m))
+		out[:, j, :] = p @ V[:, j // group, :]
+	return out
+
+
+def top_k(scores, k):
+	"""Indices (T, k) of the k largest scores per row, largest first; of
+	equal scores the lower index first."""
+	return np.argsort(-scores, axis=1, kind='stable')[:, :k]
+
+
+class Base(M.Model):
+	"""M.Model with a per-layer cache of named arrays (what each
+	architecture keeps per token) and the bookkeeping of forward()."""
+
+	def reset(self):
+		super().reset()
+		self.cache = [dict() for _ in range(self.cfg.n_layer)]
+
+	def remember(self, il, pos, **arrays):
+		"""Append per-token arrays (first axis = tokens) to layer il's cache
+		and return the whole cached arrays.  With kv-f16 they are rounded
+		to float16 as they enter, as a float16 cache would hold them."""
+		c = self.cache[il]
+		out = {}
+		for name, a in arrays.items():
+			if self.kv_f16:
+				tape = None if self.tape is None else \
+					(self.tape, 'blk.%d.%s_cache' % (il, name), pos)
+				a = actquant.round_f16(a, tape).astype(a.dtype)
+			c[name] = a if name not in c else np.concatenate([c[name], a])
+			out[name] = c[name]
+		if 'pos' not in c:
+			c['pos'] = pos.copy()
+		else:
+			c['pos'] = np.concatenate([c['pos'], pos])
+		out['pos'] = c['pos']
+		return out
+
+	def start(self, tokens):
+		c = self.cfg
+		tokens = np.asarray(tokens, dtype=np.int64)
+		if tokens.ndim != 1 or tokens.size == 0:
+			raise ValueError('forward: need a non-empty list of token ids')
+		bad = tokens[(tokens < 0) | (tokens >= c.n_vocab)]
+		if bad.size:
+			raise ValueError('token id %d out of range (vocabulary %d)'
+					 % (bad[0], c.n_vocab))
+		pos = np.arange(self.n_past, self.n_past + tokens.size)
+		self._pos = pos
+		return tokens, pos
+
+	def linear(self, x, name, src=None):
+		"""x @ W.T (+ bias if the model has one) for weight `name` (without
+		the .weight suffix)."""
+		y = self.matmul(x, name + '.weight', src=src)
+		if self.W.has(name + '.bias') or name + '.bias' in self.W._cache:
+			y = y + self.w(name + '.bias')
+		return y
+
+	def logits(self, h):
+		out = 'output.weight' if self.W.has('output.weight') else 'token_embd.weight'
+		return self.matmul(h, out)
+
+
+def kv(r, arch):
+	"""key -> value of the {arch}.* GGUF keys, uniform per-layer arrays
+	reduced to one value; a getter with default / required."""
+	def get(key, default=None, required=False):
+		full = arch + '.' + key
+		if full in r.kv:
+			v = r.kv[full]
+			if isinstance(v, np.ndarray):
+				if v.size == 0 or (v != v[0]).any():
+					raise LoadError('%s: %s: per-layer values are not supported'
+							% (r.path, full))
+				v = v[0].item()
+			return v
+		if required:
+			raise LoadError('%s: missing key %s' % (r.path, full))
+		return default
+	return get
+
+
+def yarn_mscale(factor, m=1.0):
+	"""YaRN's magnitude correction 0.1 m ln(factor) + 1 (1 for factor <= 1)."""
+	return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+
+def shape_of(W, name):
+	if name in W._cache:
+		return tuple(W._cache[name].shape)
+	if hasattr(W, 'info'):
+		return tuple(W.info(name).shape)
+	hf, n = W.map[name]
+	shape = tuple(W.where[hf.format(e=0)][2])
+	return (n,) + shape if n else shape
+
+
+def has(W, name):
+	return name in W._cache or W.has(name)
+
+
+def check(W, path, want):
+	"""Every tensor of `want` (name -> numpy shape) present with that shape."""
+	for name, s in want.items():
+		if not has(W, name):
+			raise LoadError('%s: missing tensor %s' % (path, name))
+		got = shape_of(W, name)
+		if got != tuple(s):
+			raise LoadError('%s: tensor %s has shape %s, expected %s'
+					% (path, name, got, tuple(s)))
+
+
+def hf_map(W, names):
+	"""Map GGUF names to HF names (name -> (hf, n_expert)) for those the
+	snapshot has."""
+	for g, (hf, n) in names.items():
+		if W.hf_has(hf.format(e=0)):
+			W.map[g] = (hf, n)
+
+
+def derive(W, name, array):
+	"""A tensor the snapshot stores differently (split, fused, packed):
+	computed once here and kept under its GGUF name."""
+	W._cache[name] = np.asarray(array, dtype=W.dtype)
+
+
+def eos_ids(r=None, c=None):
+	if r is not None:
+		return [x for x in (r.kv.get('tokenizer.ggml.eos_token_id'),
+				    r.kv.get('tokenizer.ggml.eot_token_id')) if x is not None]
+	e = c.get('eos_token_id')
+	return e if isinstance(e, list) else [] if e is None else [e]
