@@ -104,6 +104,8 @@ struct moe_tokenizer {
 	int32_t special[MOE_SPECIAL_COUNT];
 	bool add_bos, add_eos, add_space_prefix, ignore_merges;
 	char *chat_template;
+	uint32_t n_named;        /* named chat templates */
+	char **named_names, **named_texts;
 	uint8_t *eog;            /* [n_tokens] bool */
 	moe_strmap tok_map;      /* token string -> id (last id wins) */
 

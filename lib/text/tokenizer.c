@@ -217,6 +217,18 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 	t->add_space_prefix = vd->add_space_prefix;
 	if (vd->chat_template && !(t->chat_template = strdup(vd->chat_template)))
 		return moe_err(e, MOE_ENOMEM, "out of memory (chat template)");
+	if (vd->n_chat_templates) {
+		t->named_names = calloc(vd->n_chat_templates, sizeof *t->named_names);
+		t->named_texts = calloc(vd->n_chat_templates, sizeof *t->named_texts);
+		if (!t->named_names || !t->named_texts)
+			return moe_err(e, MOE_ENOMEM, "out of memory (chat template)");
+		for (uint32_t i = 0; i < vd->n_chat_templates; i++, t->n_named++)
+			if (!(t->named_names[i] = strdup(vd->chat_template_names[i])) ||
+			    !(t->named_texts[i] = strdup(vd->chat_template_texts[i]))) {
+				free(t->named_names[i]);
+				return moe_err(e, MOE_ENOMEM, "out of memory (chat template)");
+			}
+	}
 	MOE_TRY(copy_vocab(t, vd, e));
 
 	/* Pieces, the end-of-turn set and the special-token matcher. */
@@ -325,6 +337,12 @@ void moe_tokenizer_free(moe_tokenizer *t)
 	free(t->poff);
 	free(t->eog);
 	free(t->chat_template);
+	for (uint32_t i = 0; i < t->n_named; i++) {
+		free(t->named_names[i]);
+		free(t->named_texts[i]);
+	}
+	free(t->named_names);
+	free(t->named_texts);
 	free(t->spec_ids);
 	free(t->spec_rank);
 	moe_strmap_free(&t->tok_map);
@@ -609,4 +627,16 @@ const char *moe_tokenizer_piece(const moe_tokenizer *t, int32_t id, bool special
 const char *moe_tokenizer_chat_template(const moe_tokenizer *t)
 {
 	return t->chat_template;
+}
+
+const char *moe_tokenizer_chat_template_named(const moe_tokenizer *t, const char *name)
+{
+	if (!name)
+		return NULL;
+	for (uint32_t i = 0; i < t->n_named; i++)
+		if (strcmp(t->named_names[i], name) == 0)
+			return t->named_texts[i];
+	if (strcmp(name, "default") == 0)
+		return t->chat_template;
+	return NULL;
 }
