@@ -503,27 +503,24 @@ static int parse_messages(const json_t *arr, const char *src, moe_chat_msg **out
 	return 0;
 }
 
-/* The prompt text for a conversation, with the model's template (or
- * --chat-template) and its own BOS/EOS texts. */
+/* The prompt text for a conversation: the model's own (Jinja) template, or
+ * --chat-template NAME; lib/text does the choosing (moe_chat_apply). */
 static int render_prompt(const run_opts *o, const moe_tokenizer *tok, const moe_chat_msg *msgs,
 			 size_t n, bool gen_prompt, char **out, size_t *len, moe_error *e)
 {
-	moe_chat_template tmpl;
-	if (o->chat_template)
-		tmpl = (moe_chat_template)moe_chat_template_from_name(o->chat_template);
-	else
-		tmpl = moe_chat_detect(moe_tokenizer_chat_template(tok), NULL);
-	char *bos = NULL, *eos = NULL;
-	size_t tl;
-	const char *t = moe_tokenizer_token_text(tok, moe_tokenizer_special(tok, MOE_SPECIAL_BOS), &tl);
-	if (t)
-		bos = strndup(t, tl);
-	t = moe_tokenizer_token_text(tok, moe_tokenizer_special(tok, MOE_SPECIAL_EOS), &tl);
-	if (t)
-		eos = strndup(t, tl);
-	int rc = moe_chat_render(tmpl, msgs, n, o->system, gen_prompt, bos, eos, out, len, e);
-	free(bos);
-	free(eos);
+	json_t *arr = json_array();
+	for (size_t i = 0; arr && i < n; i++)
+		if (json_array_append_new(arr, json_pack("{s:s, s:s}", "role", msgs[i].role,
+							 "content", msgs[i].content)) < 0) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	if (!arr)
+		return moe_err(e, MOE_ENOMEM, "out of memory");
+	moe_chat_opts co = {.template_name = o->chat_template, .system = o->system,
+			    .add_generation_prompt = gen_prompt};
+	int rc = moe_chat_apply(tok, arr, &co, out, len, e);
+	json_decref(arr);
 	return rc;
 }
 

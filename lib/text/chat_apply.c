@@ -134,6 +134,14 @@ int moe_chat_apply(const moe_tokenizer *t, const json_t *messages, const moe_cha
 	}
 	rc = moe_jinja_render(jinja, strlen(jinja), vars, o->jinja, out, len, e);
 	json_decref(vars);
+	if ((rc == MOE_EFORMAT || rc == MOE_EUNSUPPORTED) && !name && e) {
+		/* The model's template uses syntax we do not handle: the
+		 * built-in format recognised from its text is the next best
+		 * thing (it was the only way before templates were run). */
+		moe_log(MOE_LOG_WARN, "the model's chat template cannot be run (%s); using the "
+			"built-in format it resembles", e->msg);
+		return builtin(t, (int)moe_chat_detect(jinja, NULL), messages, o, out, len, e);
+	}
 	if (rc < 0 && e)
 		moe_err_prefix(e, "chat template%s%s", name ? " " : "", name ? name : "");
 	return rc;
