@@ -75,6 +75,14 @@ typedef struct moe_vocab_data {
 	int32_t bos_id, eos_id, eot_id, eom_id, unk_id, pad_id, sep_id;
 	bool add_bos, add_eos, add_space_prefix, remove_extra_whitespaces;
 	const char *chat_template; /* NUL-terminated Jinja text or NULL */
+	/* Text pipeline as tokenizer.json declares it (JSON texts of its
+	 * "normalizer" and "pre_tokenizer" objects, or NULL).  A pre_tokenizer
+	 * replaces the named `pre` table for byte-level BPE; a normalizer is
+	 * applied to raw text before everything else.  GGUF files carry
+	 * neither: the named table supplies the normalizer its models use. */
+	const char *normalizer;
+	const char *pre_tokenizer;
+	bool ignore_merges_set, ignore_merges; /* tokenizer.json model.ignore_merges */
 	/* Named templates besides the default ("tool_use", "rag", ...). */
 	uint32_t n_chat_templates;
 	const char *const *chat_template_names;

@@ -287,9 +287,12 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 		if (!t->pre)
 			return moe_err(e, MOE_EUNSUPPORTED,
 				       "vocabulary: unknown pre-tokenizer '%s'", vd->pre);
-		t->ignore_merges = t->pre->ignore_merges;
+		t->ignore_merges = vd->ignore_merges_set ? vd->ignore_merges : t->pre->ignore_merges;
 		MOE_TRY(moe_bpe_build(t, vd, e));
 	}
+	if (vd->normalizer && t->model != MOE_VOCAB_NONE)
+		MOE_TRY(moe_normalizer_from_json(&t->norm, vd->normalizer,
+						 t->model == MOE_VOCAB_SPM, e));
 	return 0;
 }
 
@@ -328,6 +331,7 @@ void moe_tokenizer_free(moe_tokenizer *t)
 		return;
 	if (t->model == MOE_VOCAB_BPE)
 		moe_bpe_free(t);
+	moe_normalizer_free(t->norm);
 	free(t->blob);
 	free(t->off);
 	free(t->scores);
@@ -542,18 +546,31 @@ int moe_tokenizer_encode(const moe_tokenizer *t, const char *text, size_t len, b
 	 * special token (llama.cpp: "prefix with space if previous is
 	 * special"). */
 	bool prev_special = true;
+	moe_sbuf norm = {0};
 	for (size_t i = 0; rc == 0 && i < n_f; i++) {
+		const char *s = text + f[i].off;
+		size_t sl = f[i].len;
+		if (f[i].id < 0 && t->norm) {
+			/* The normalizer sees each piece between special
+			 * tokens, as HF's does. */
+			if ((rc = moe_normalizer_run(t->norm, s, sl, &norm)) < 0) {
+				rc = moe_err(e, rc, "out of memory (normalizer)");
+				break;
+			}
+			s = norm.p;
+			sl = norm.len;
+		}
 		if (f[i].id >= 0) {
 			rc = moe_ids_push(&out, f[i].id);
 			prev_special = true;
 		} else if (t->model == MOE_VOCAB_SPM) {
-			rc = moe_spm_encode(t, text + f[i].off, f[i].len,
-					    t->add_space_prefix && prev_special, &out, e);
+			rc = moe_spm_encode(t, s, sl, t->add_space_prefix && prev_special, &out, e);
 			prev_special = false;
 		} else {
-			rc = moe_bpe_encode(t, text + f[i].off, f[i].len, &out, e);
+			rc = moe_bpe_encode(t, s, sl, &out, e);
 		}
 	}
+	free(norm.p);
 	if (rc == 0 && add_special && t->add_eos)
 		rc = moe_ids_push(&out, t->special[MOE_SPECIAL_EOS]);
 	free(f);

@@ -76,6 +76,8 @@ static void walk_pre(json_t *p, hf_style *st)
 			walk_pre(v, st);
 	} else if (strcmp(type, "ByteLevel") == 0) {
 		st->bytelevel = true;
+		if (json_is_true(json_object_get(p, "add_prefix_space")))
+			st->regex_unknown = true; /* no named table has it */
 		json_t *ur = json_object_get(p, "use_regex");
 		if (!ur || json_is_true(ur))
 			add_regex(st, moe_pre_gpt2_regex());
@@ -272,14 +274,39 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 		walk_decoder(dec, &st);
 	if (st.bytelevel) {
 		vd->model = MOE_VOCAB_BPE;
+		/* The name is informational: the file's own pre-tokenizer
+		 * (stored below) is what runs. */
 		const char *name =
 			st.regex_unknown ? NULL : moe_pre_recognise(st.regex, st.n_regex);
-		if (!name) {
-			moe_log(MOE_LOG_WARN, "tokenizer.json: pre-tokenizer not recognised; using "
-				"'default' (tokenization may differ from the model's)");
-			name = "default";
+		vd->pre = name ? name : "default";
+		/* A pipeline that is exactly a named one (same regexes, all
+		 * Isolated) is stored by name, so the file is the same whether
+		 * the model came as GGUF or as tokenizer.json; any other is
+		 * stored as the file declares it. */
+		if (json_is_object(pre) && !name) {
+			char *txt = json_dumps(pre, JSON_COMPACT);
+			moe_pretok *check = NULL;
+			if (!txt || !(vd->pre_tokenizer = moe_arena_strndup(a, txt, strlen(txt)))) {
+				free(txt);
+				return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
+			}
+			free(txt);
+			/* Refuse now what the tokenizer could not build later. */
+			int rc = moe_pretok_from_json(&check, vd->pre_tokenizer, e);
+			moe_pretok_free(check);
+			if (rc < 0) {
+				moe_err_prefix(e, "tokenizer.json");
+				return rc;
+			}
+		} else if (!st.regex_unknown && st.n_regex == 0) {
+			vd->pre = "gpt-2"; /* ByteLevel decoder only */
 		}
-		vd->pre = name;
+		json_t *im = json_object_get(model, "ignore_merges");
+		const moe_pre_def *def = name ? moe_pre_find(name) : NULL;
+		if (json_is_boolean(im) && (!def || def->ignore_merges != json_is_true(im))) {
+			vd->ignore_merges_set = true;
+			vd->ignore_merges = json_is_true(im);
+		}
 	} else if (st.spm || json_is_true(json_object_get(model, "byte_fallback"))) {
 		vd->model = MOE_VOCAB_SPM;
 		vd->pre = "default";
@@ -287,6 +314,30 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 		return moe_err(e, MOE_EUNSUPPORTED,
 			       "tokenizer.json: BPE that is neither byte-level "
 			       "nor SentencePiece-style");
+	}
+	const moe_pre_def *ndef = vd->model == MOE_VOCAB_BPE ? moe_pre_find(vd->pre) : NULL;
+	json_t *dnorm = ndef && ndef->normalizer ? json_loads(ndef->normalizer, 0, NULL) : NULL;
+	bool same = dnorm && json_is_object(norm) && json_equal(dnorm, norm);
+	json_decref(dnorm);
+	if (same && !vd->pre_tokenizer) {
+		vd->normalizer = ndef->normalizer; /* the named table's spelling */
+	} else if (json_is_object(norm)) {
+		char *txt = json_dumps(norm, JSON_COMPACT);
+		moe_normalizer *check = NULL;
+		if (!txt || !(vd->normalizer = moe_arena_strndup(a, txt, strlen(txt)))) {
+			free(txt);
+			return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
+		}
+		free(txt);
+		int rc = moe_normalizer_from_json(&check, vd->normalizer, vd->model == MOE_VOCAB_SPM,
+						  e);
+		moe_normalizer_free(check);
+		if (rc < 0) {
+			moe_err_prefix(e, "tokenizer.json");
+			return rc;
+		}
+		if (!check)
+			vd->normalizer = NULL; /* nothing left to do (SentencePiece) */
 	}
 
 	json_object_foreach(vocab, key, v) {
@@ -481,13 +532,29 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 	if (json_is_string(ct)) {
 		tmpl = json_string_value(ct);
 	} else if (json_is_array(ct)) {
-		/* Named templates: "default" or the first. */
+		/* Named templates: "default" (or the first) is the template; all
+		 * are kept by name ("tool_use", "rag", ...). */
+		size_t nn = json_array_size(ct), k = 0;
+		const char **names = moe_arena_alloc(a, (nn + 1) * sizeof *names, sizeof(void *));
+		const char **texts = moe_arena_alloc(a, (nn + 1) * sizeof *texts, sizeof(void *));
+		if (!names || !texts)
+			return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
 		json_array_foreach(ct, i, v) {
-			const char *t = jstr(v, "template");
-			if (t && (!tmpl ||
-				  strcmp(jstr(v, "name") ? jstr(v, "name") : "", "default") == 0))
+			const char *t = jstr(v, "template"), *tname = jstr(v, "name");
+			if (t && (!tmpl || strcmp(tname ? tname : "", "default") == 0))
 				tmpl = t;
+			if (t && tname && strcmp(tname, "default") != 0) {
+				names[k] = tname;
+				texts[k++] = t;
+			}
 		}
+		for (size_t j = 0; j < k; j++)
+			if (!(names[j] = moe_arena_strndup(a, names[j], strlen(names[j]))) ||
+			    !(texts[j] = moe_arena_strndup(a, texts[j], strlen(texts[j]))))
+				return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
+		vd->n_chat_templates = (uint32_t)k;
+		vd->chat_template_names = names;
+		vd->chat_template_texts = texts;
 	}
 	if (tmpl && !(vd->chat_template = moe_arena_strndup(a, tmpl, strlen(tmpl))))
 		return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
@@ -495,6 +562,53 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 		return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
 	moe_vocab_fixup(vd, c->type);
 	return 0;
+}
+
+/* json_loads, but integers beyond 64 bits (Python's int(1e30) in
+ * model_max_length, as many real tokenizer_config.json files hold) are read
+ * as floats: such values are never token ids, and every id is range-checked
+ * where it is used. */
+static json_t *load_lenient(const char *text, json_error_t *je)
+{
+	json_t *j = json_loads(text, JSON_ALLOW_NUL, je);
+	if (j || !strstr(je->text, "too big integer"))
+		return j;
+	moe_sbuf b = {0};
+	bool in_str = false;
+	int rc = moe_sbuf_reserve(&b, strlen(text) + 64);
+	for (const char *p = text; rc == 0 && *p; p++) {
+		if (in_str) {
+			if (*p == '\\' && p[1])
+				rc |= moe_sbuf_add(&b, p++, 1);
+			else if (*p == '"')
+				in_str = false;
+			rc |= moe_sbuf_add(&b, p, 1);
+			continue;
+		}
+		if (*p == '"') {
+			in_str = true;
+			rc |= moe_sbuf_add(&b, p, 1);
+			continue;
+		}
+		if ((*p >= '0' && *p <= '9') || (*p == '-' && p[1] >= '0' && p[1] <= '9')) {
+			const char *q = p + (*p == '-');
+			while (*q >= '0' && *q <= '9')
+				q++;
+			rc |= moe_sbuf_add(&b, p, (size_t)(q - p));
+			/* a plain integer of 19+ digits becomes a real */
+			if ((size_t)(q - p) > 18 && *q != '.' && *q != 'e' && *q != 'E')
+				rc |= moe_sbuf_add(&b, ".0", 2);
+			p = q - 1;
+			continue;
+		}
+		rc |= moe_sbuf_add(&b, p, 1);
+	}
+	if (rc == 0) {
+		b.p[b.len] = '\0';
+		j = json_loads(b.p, JSON_ALLOW_NUL, je);
+	}
+	free(b.p);
+	return j;
 }
 
 int moe_vocab_data_from_hf(moe_vocab_data *vd, const char *tokenizer_json,
@@ -505,12 +619,12 @@ int moe_vocab_data_from_hf(moe_vocab_data *vd, const char *tokenizer_json,
 	hf_ctx c = {0};
 
 	memset(vd, 0, sizeof *vd);
-	tj = json_loads(tokenizer_json, JSON_ALLOW_NUL, &je);
+	tj = load_lenient(tokenizer_json, &je);
 	if (!tj)
 		return moe_err(e, MOE_EFORMAT, "tokenizer.json: %s (line %d, column %d)", je.text,
 			       je.line, je.column);
 	if (tokenizer_config_json) {
-		cfg = json_loads(tokenizer_config_json, JSON_ALLOW_NUL, &je);
+		cfg = load_lenient(tokenizer_config_json, &je);
 		if (!cfg) {
 			json_decref(tj);
 			return moe_err(e, MOE_EFORMAT,
