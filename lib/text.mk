@@ -21,4 +21,4 @@ EXTRA_DIST += tests/unit/tokenizer-corpus.txt tests/unit/vocab-to-hf.py \
 	tests/golden/chat/phi3.txt tests/golden/chat/tulu.txt \
 	tests/golden/chat/deepseek.txt tests/golden/chat/deepseek3.txt \
 	tests/golden/chat/templates tests/golden/chat/conversations tests/golden/chat/render \
-	scripts/gen-chat-goldens
+	scripts/gen-chat-goldens scripts/gen-tokenizer-vectors tests/golden/tokenizer

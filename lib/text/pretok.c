@@ -12,14 +12,15 @@
  * Regexes are written for Oniguruma (HF) or fancy-regex/tiktoken; PCRE2
  * takes nearly all of them as written.  One rule translates what it cannot:
  * a class intersection [X&&[Y]] (or [X&&[^Y]]) becomes (?:(?=[Y])[X])
- * (resp. (?:(?![Y])[X])) — same set, written as a lookahead — and Oniguruma's
- * \h (a hex digit) becomes [0-9A-Fa-f].  Anything else that does not compile
+ * (resp. (?:(?![Y])[X])) — same set, written as a lookahead —, Oniguruma's
+ * \h (a hex digit) becomes [0-9A-Fa-f] and \uHHHH becomes \x{HHHH}.  Anything else that does not compile
  * is refused with the pattern and PCRE2's message.
  */
 #include <config.h>
 
 #include "text_int.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <utf8proc.h>
 
@@ -81,19 +82,58 @@ static int push(moe_pretok *p, step s, moe_error *e)
 	return 0;
 }
 
-/* The documented translation of Oniguruma-only syntax to PCRE2; *out is
- * malloc'd. */
-int moe_regex_translate(const char *re, char **out)
+/* First pass of the translation: escapes.  \uHHHH -> \x{HHHH}; \h (a hex
+ * digit in Oniguruma) -> [0-9A-Fa-f], or 0-9A-Fa-f inside a class. */
+static int translate_escapes(const char *re, moe_sbuf *b)
 {
 	size_t n = strlen(re);
+	int depth = 0, rc = 0;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		char c = re[i];
+		if (c == '\\' && i + 1 < n) {
+			char d = re[i + 1];
+			if (d == 'h') {
+				rc = moe_sbuf_adds(b, depth ? "0-9A-Fa-f" : "[0-9A-Fa-f]");
+			} else if (d == 'u' && i + 5 < n && isxdigit((unsigned char)re[i + 2]) &&
+				   isxdigit((unsigned char)re[i + 3]) &&
+				   isxdigit((unsigned char)re[i + 4]) &&
+				   isxdigit((unsigned char)re[i + 5])) {
+				rc = moe_sbuf_adds(b, "\\x{");
+				rc |= moe_sbuf_add(b, re + i + 2, 4);
+				rc |= moe_sbuf_adds(b, "}");
+				i += 4;
+			} else {
+				rc = moe_sbuf_add(b, re + i, 2);
+			}
+			i++;
+			continue;
+		}
+		if (c == '[')
+			depth++;
+		else if (c == ']' && depth > 0)
+			depth--;
+		rc = moe_sbuf_add(b, &c, 1);
+	}
+	return rc;
+}
+
+/* The documented translation of Oniguruma-only syntax to PCRE2; *out is
+ * malloc'd. */
+int moe_regex_translate(const char *src, char **out)
+{
+	moe_sbuf pre = {0};
+	if (moe_sbuf_reserve(&pre, strlen(src) + 16) < 0 || translate_escapes(src, &pre) < 0) {
+		free(pre.p);
+		return MOE_ENOMEM;
+	}
+	pre.p[pre.len] = '\0';
+	const char *re = pre.p;
+	size_t n = pre.len;
 	moe_sbuf b = {0};
 	int rc = moe_sbuf_reserve(&b, n * 2 + 16);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		if (re[i] == '\\' && i + 1 < n) {
-			if (re[i + 1] == 'h')
-				rc = moe_sbuf_adds(&b, "[0-9A-Fa-f]");
-			else
-				rc = moe_sbuf_add(&b, re + i, 2);
+			rc = moe_sbuf_add(&b, re + i, 2);
 			i++;
 			continue;
 		}
@@ -144,6 +184,7 @@ int moe_regex_translate(const char *re, char **out)
 		rc |= moe_sbuf_adds(&b, "])");
 		i = close;
 	}
+	free(pre.p);
 	if (rc) {
 		free(b.p);
 		return MOE_ENOMEM;
@@ -160,8 +201,8 @@ int moe_regex_compile(const char *pat, bool literal, const char *what, void **co
 {
 	int err;
 	PCRE2_SIZE where;
-	uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | PCRE2_DOLLAR_ENDONLY |
-			(literal ? PCRE2_LITERAL : 0);
+	uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK |
+			(literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_DOLLAR_ENDONLY);
 	/* Always translated: PCRE2 would accept [X&&[Y]] and \h with another
 	 * meaning instead of refusing them. */
 	char *tr = NULL;
@@ -570,6 +611,12 @@ int moe_pretok_run(const moe_pretok *p, const char *text, size_t len, moe_pieces
 				if (ps->buf.p[sp.off] == ' ') {
 					rc = add_span(&next, sp.off, sp.len);
 					continue;
+				}
+				/* room first: the piece is copied from the buffer
+				 * it is appended to */
+				if (moe_sbuf_reserve(&ps->buf, (size_t)sp.len + 1) < 0) {
+					rc = MOE_ENOMEM;
+					break;
 				}
 				int64_t o = buf_add(ps, " ", 1);
 				if (o < 0 || buf_add(ps, ps->buf.p + sp.off, sp.len) < 0)
