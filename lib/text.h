@@ -53,6 +53,8 @@ typedef enum moe_vocab_model {
 	MOE_VOCAB_NONE = 0, /* "none": no tokenizer (ids only) */
 	MOE_VOCAB_SPM = 1,  /* "llama": SentencePiece-style BPE over scores */
 	MOE_VOCAB_BPE = 2,  /* "gpt2": byte-level BPE over ranked merges */
+	MOE_VOCAB_UGM = 3,  /* "t5": Unigram (SentencePiece unigram), Viterbi over scores */
+	MOE_VOCAB_WPM = 4,  /* "bert": WordPiece, greedy longest match, "##" pieces */
 } moe_vocab_model;
 
 /* The neutral form of a vocabulary.  Arrays are owned by the arena given to
@@ -96,7 +98,7 @@ static inline const char *moe_vocab_token(const moe_vocab_data *vd, uint32_t i, 
 	return vd->tokens + vd->token_offsets[i];
 }
 
-/* Model name <-> enum: "llama", "gpt2", "none".  from_name returns -1 for an
+/* Model name <-> enum: "llama", "gpt2", "t5", "bert", "none".  from_name returns -1 for an
  * unknown name; to_name never returns NULL. */
 int moe_vocab_model_from_name(const char *name);
 const char *moe_vocab_model_name(moe_vocab_model m);

@@ -4,7 +4,8 @@ noinst_HEADERS += lib/text.h lib/text/text_int.h
 lib_libmoecore_a_SOURCES += lib/text/utf8.c lib/text/vocab.c lib/text/vocab_uth.c \
 	lib/text/vocab_hf.c lib/text/tokenizer.c lib/text/spm.c lib/text/bpe.c \
 	lib/text/chat.c lib/text/chat_apply.c lib/text/jinja_int.h lib/text/jinja_parse.c \
-	lib/text/jinja_eval.c lib/text/jinja_lib.c lib/text/pretok.c lib/text/normalize.c
+	lib/text/jinja_eval.c lib/text/jinja_lib.c lib/text/pretok.c lib/text/normalize.c \
+	lib/text/unigram.c
 lib_libmoecore_a_CFLAGS += $(UTF8PROC_CFLAGS)
 MOE_LIBS += $(UTF8PROC_LIBS)
 

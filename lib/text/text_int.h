@@ -172,6 +172,10 @@ struct moe_tokenizer {
 	uint32_t pair_mask;
 	moe_pre_re *re;          /* compiled pre-tokenizer regexes */
 	moe_pretok *pretok;      /* pre-tokenizer from tokenizer.json (else re) */
+	/* Unigram / WordPiece */
+	uint32_t ugm_max_len;    /* longest token, bytes */
+	double ugm_unk_score;    /* min score - 10 */
+	bool ugm_byte_fallback;
 	moe_normalizer *norm;    /* normalizer, or NULL */
 	uint32_t n_re;
 	moe_arena arena;         /* strings of entries that are not tokens */
@@ -189,6 +193,11 @@ int moe_spm_encode(const moe_tokenizer *t, const char *text, size_t len, bool sp
 		   moe_ids *out, moe_error *e);
 int moe_bpe_encode(const moe_tokenizer *t, const char *text, size_t len, moe_ids *out,
 		   moe_error *e);
+/* Unigram and WordPiece (unigram.c): build after the common tables;
+ * encode one raw fragment. */
+int moe_ugm_wpm_build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e);
+int moe_ugm_wpm_encode(const moe_tokenizer *t, const char *text, size_t len, moe_ids *out,
+		       moe_error *e);
 /* Build/free the BPE tables and regexes of t (from merges). */
 int moe_bpe_build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e);
 void moe_bpe_free(moe_tokenizer *t);

@@ -52,7 +52,16 @@ static int build_piece(const moe_tokenizer *t, uint32_t i, moe_sbuf *b)
 
 	if (is_special_type(type))
 		return moe_sbuf_add(b, s, n);
-	if (t->model == MOE_VOCAB_SPM) {
+	if (t->model == MOE_VOCAB_WPM) {
+		/* "##x" continues a word; any other piece starts one. */
+		if (type != MOE_TOKEN_NORMAL)
+			return 0;
+		if (n >= 2 && memcmp(s, "##", 2) == 0)
+			return moe_sbuf_add(b, s + 2, n - 2);
+		MOE_TRY(moe_sbuf_add(b, " ", 1));
+		return moe_sbuf_add(b, s, n);
+	}
+	if (t->model == MOE_VOCAB_SPM || t->model == MOE_VOCAB_UGM) {
 		if (type == MOE_TOKEN_NORMAL) {
 			for (size_t k = 0; k < n; k++) {
 				if (k + 3 <= n && memcmp(s + k, "\xE2\x96\x81", 3) == 0) {
@@ -199,7 +208,7 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 								"sep_id"};
 
 	if (vd->model != MOE_VOCAB_NONE && vd->model != MOE_VOCAB_SPM &&
-	    vd->model != MOE_VOCAB_BPE)
+	    vd->model != MOE_VOCAB_BPE && vd->model != MOE_VOCAB_UGM && vd->model != MOE_VOCAB_WPM)
 		return moe_err(e, MOE_EUNSUPPORTED, "vocabulary: unknown tokenizer model %d",
 			       (int)vd->model);
 	t->model = vd->model;
@@ -257,7 +266,7 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 			t->eog[t->special[k]] = 1;
 	MOE_TRY(build_specials(t, e));
 
-	if (t->model == MOE_VOCAB_SPM) {
+	if (t->model == MOE_VOCAB_SPM || t->model == MOE_VOCAB_UGM) {
 		/* Byte fallback: <0xNN>, else the byte itself as a token. */
 		for (unsigned b = 0; b < 256; b++) {
 			char name[8];
@@ -271,7 +280,7 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 		}
 		/* Words may be merged separately unless some token joins a
 		 * character and a following U+2581 (see spm.c). */
-		t->spm_can_split = true;
+		t->spm_can_split = t->model == MOE_VOCAB_SPM;
 		for (uint32_t i = 0; i < t->n_tokens && t->spm_can_split; i++) {
 			const char *s = t->blob + t->off[i];
 			size_t n = t->off[i + 1] - t->off[i];
@@ -282,6 +291,9 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 					break;
 				}
 		}
+	}
+	if (t->model == MOE_VOCAB_UGM || t->model == MOE_VOCAB_WPM) {
+		MOE_TRY(moe_ugm_wpm_build(t, vd, e));
 	} else if (t->model == MOE_VOCAB_BPE) {
 		t->pre = moe_pre_find(vd->pre ? vd->pre : "default");
 		if (!t->pre)
@@ -331,6 +343,8 @@ void moe_tokenizer_free(moe_tokenizer *t)
 		return;
 	if (t->model == MOE_VOCAB_BPE)
 		moe_bpe_free(t);
+	else
+		moe_pretok_free(t->pretok);
 	moe_normalizer_free(t->norm);
 	free(t->blob);
 	free(t->off);
@@ -566,8 +580,10 @@ int moe_tokenizer_encode(const moe_tokenizer *t, const char *text, size_t len, b
 		} else if (t->model == MOE_VOCAB_SPM) {
 			rc = moe_spm_encode(t, s, sl, t->add_space_prefix && prev_special, &out, e);
 			prev_special = false;
-		} else {
+		} else if (t->model == MOE_VOCAB_BPE) {
 			rc = moe_bpe_encode(t, s, sl, &out, e);
+		} else {
+			rc = moe_ugm_wpm_encode(t, s, sl, &out, e);
 		}
 	}
 	free(norm.p);

@@ -9,7 +9,8 @@
 #include <jansson.h>
 #include <stdio.h>
 
-static const char *const model_names[] = {"none", "llama", "gpt2"};
+static const char *const model_names[] = {"none", "llama", "gpt2", "t5", "bert"};
+#define N_MODELS (sizeof model_names / sizeof model_names[0])
 
 int moe_vocab_model_from_name(const char *name)
 {
@@ -17,7 +18,7 @@ int moe_vocab_model_from_name(const char *name)
 		return -1;
 	if (strcmp(name, "no_vocab") == 0)
 		return MOE_VOCAB_NONE;
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < (int)N_MODELS; i++)
 		if (strcmp(name, model_names[i]) == 0)
 			return i;
 	return -1;
@@ -25,7 +26,7 @@ int moe_vocab_model_from_name(const char *name)
 
 const char *moe_vocab_model_name(moe_vocab_model m)
 {
-	return (unsigned)m < 3 ? model_names[m] : "?";
+	return (unsigned)m < N_MODELS ? model_names[m] : "?";
 }
 
 /* ------------------------------------------------------ defaults, fix-ups */
@@ -212,6 +213,9 @@ int moe_vocab_data_from_gguf(moe_vocab_data *vd, const moe_gguf *g, moe_arena *a
 	if (m < 0)
 		return moe_err(e, MOE_EUNSUPPORTED, "%s: tokenizer model '%s' is not supported "
 			       "(llama, gpt2 and none are)", g->name, model);
+	if (m == MOE_VOCAB_UGM || m == MOE_VOCAB_WPM)
+		return moe_err(e, MOE_EUNSUPPORTED, "%s: tokenizer model '%s' from GGUF is not "
+			       "supported (convert from tokenizer.json)", g->name, model);
 	vd->model = (moe_vocab_model)m;
 	rc = moe_gguf_get_str(g, "tokenizer.ggml.pre", &pre, e);
 	if (rc < 0 && rc != MOE_ENOTFOUND)

@@ -219,16 +219,40 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 
 	if (!json_is_object(model))
 		return moe_err(e, MOE_EFORMAT, "tokenizer.json: no \"model\" object");
-	if (mtype && strcmp(mtype, "BPE") != 0)
+	bool ugm = mtype && strcmp(mtype, "Unigram") == 0;
+	bool wpm = mtype && strcmp(mtype, "WordPiece") == 0;
+	if (mtype && strcmp(mtype, "BPE") != 0 && !ugm && !wpm)
 		return moe_err(e, MOE_EUNSUPPORTED, "tokenizer.json: model type '%s' is not "
-			       "supported (BPE is)", mtype);
-	if (!json_is_object(vocab))
-		return moe_err(e, MOE_EFORMAT, "tokenizer.json: model.vocab is not an object");
+			       "supported (BPE, Unigram and WordPiece are)", mtype);
+	if (ugm ? !json_is_array(vocab) : !json_is_object(vocab))
+		return moe_err(e, MOE_EFORMAT, "tokenizer.json: model.vocab is not an %s",
+			       ugm ? "array" : "object");
 	if (!mtype && !json_is_array(merges))
 		return moe_err(e, MOE_EUNSUPPORTED, "tokenizer.json: model without type or merges");
+	if (wpm) {
+		const char *pfx = jstr(model, "continuing_subword_prefix");
+		json_t *mx = json_object_get(model, "max_input_chars_per_word");
+		if ((pfx && strcmp(pfx, "##") != 0) ||
+		    (mx && (!json_is_integer(mx) || json_integer_value(mx) != 100)))
+			return moe_err(e, MOE_EUNSUPPORTED, "tokenizer.json: WordPiece with a prefix "
+				       "other than \"##\" or max_input_chars_per_word other than 100");
+	}
 
 	/* Size: the largest id + 1. */
 	json_int_t max = -1;
+	if (ugm) {
+		json_array_foreach(vocab, i, v) {
+			if (!json_is_array(v) || json_array_size(v) != 2 ||
+			    !json_is_string(json_array_get(v, 0)) ||
+			    !json_is_number(json_array_get(v, 1)))
+				return moe_err(e, MOE_EFORMAT, "tokenizer.json: model.vocab[%zu]: not "
+					       "[piece, score]", i);
+		}
+		if (json_array_size(vocab) >= HF_MAX_TOKENS)
+			return moe_err(e, MOE_ERANGE, "tokenizer.json: vocabulary too large");
+		max = (json_int_t)json_array_size(vocab) - 1;
+	}
+	if (!ugm)
 	json_object_foreach(vocab, key, v) {
 		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
 		    json_integer_value(v) >= HF_MAX_TOKENS)
@@ -272,7 +296,26 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 	json_t *dec = json_object_get(tj, "decoder");
 	if (json_is_object(dec))
 		walk_decoder(dec, &st);
-	if (st.bytelevel) {
+	if (ugm || wpm) {
+		/* The file's own pipeline, whatever it holds. */
+		vd->model = ugm ? MOE_VOCAB_UGM : MOE_VOCAB_WPM;
+		vd->pre = "default";
+		if (json_is_object(pre)) {
+			char *txt = json_dumps(pre, JSON_COMPACT);
+			moe_pretok *check = NULL;
+			if (!txt || !(vd->pre_tokenizer = moe_arena_strndup(a, txt, strlen(txt)))) {
+				free(txt);
+				return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
+			}
+			free(txt);
+			int rc = moe_pretok_from_json(&check, vd->pre_tokenizer, e);
+			moe_pretok_free(check);
+			if (rc < 0) {
+				moe_err_prefix(e, "tokenizer.json");
+				return rc;
+			}
+		}
+	} else if (st.bytelevel) {
 		vd->model = MOE_VOCAB_BPE;
 		/* The name is informational: the file's own pre-tokenizer
 		 * (stored below) is what runs. */
@@ -340,11 +383,24 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 			vd->normalizer = NULL; /* nothing left to do (SentencePiece) */
 	}
 
-	json_object_foreach(vocab, key, v) {
-		json_int_t id = json_integer_value(v);
-		c->str[id] = key;
-		c->len[id] = strlen(key);
-		c->type[id] = MOE_TOKEN_NORMAL;
+	float *uscores = NULL;
+	if (ugm) {
+		uscores = moe_arena_alloc(a, ((size_t)c->n + 1) * sizeof *uscores, sizeof *uscores);
+		if (!uscores)
+			return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
+		json_array_foreach(vocab, i, v) {
+			c->str[i] = json_string_value(json_array_get(v, 0));
+			c->len[i] = json_string_length(json_array_get(v, 0));
+			c->type[i] = MOE_TOKEN_NORMAL;
+			uscores[i] = (float)json_number_value(json_array_get(v, 1));
+		}
+	} else {
+		json_object_foreach(vocab, key, v) {
+			json_int_t id = json_integer_value(v);
+			c->str[id] = key;
+			c->len[id] = strlen(key);
+			c->type[id] = MOE_TOKEN_NORMAL;
+		}
 	}
 	json_array_foreach(added, i, v) {
 		json_int_t id = json_integer_value(json_object_get(v, "id"));
@@ -366,8 +422,9 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 				return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
 			c->len[k] = (size_t)l;
 			c->type[k] = MOE_TOKEN_UNUSED;
-		} else if (vd->model == MOE_VOCAB_SPM && c->type[k] == MOE_TOKEN_NORMAL &&
-			   is_byte_token(c->str[k], c->len[k])) {
+		} else if ((vd->model == MOE_VOCAB_SPM ||
+			    (ugm && json_is_true(json_object_get(model, "byte_fallback")))) &&
+			   c->type[k] == MOE_TOKEN_NORMAL && is_byte_token(c->str[k], c->len[k])) {
 			c->type[k] = MOE_TOKEN_BYTE;
 		}
 	}
@@ -484,7 +541,7 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 		vd->n_merges = 0;
 		vd->merges = "";
 		vd->merge_offsets = moff;
-		vd->scores = scores;
+		vd->scores = ugm ? uscores : scores;
 	}
 
 	/* Settings: model defaults, then what the files say. */
@@ -494,6 +551,15 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 	else if (vd->model == MOE_VOCAB_SPM && st.spm)
 		vd->add_space_prefix = false; /* Replace without Prepend */
 	int32_t id;
+	json_t *uid = json_object_get(model, "unk_id");
+	if (ugm && json_is_integer(uid) && json_integer_value(uid) >= 0 &&
+	    json_integer_value(uid) < (json_int_t)c->n)
+		unk = c->str[json_integer_value(uid)];
+	if (ugm || wpm) {
+		/* Metaspace/WordPiece decoders put a space before words; the
+		 * detokeniser drops the first (MOE_DETOK_STRIP_SPACE). */
+		vd->add_space_prefix = true;
+	}
 	if (unk && (id = lookup(c, unk)) >= 0) {
 		vd->unk_id = id;
 		if (c->type[id] == MOE_TOKEN_CONTROL || c->type[id] == MOE_TOKEN_NORMAL)

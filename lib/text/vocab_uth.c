@@ -176,7 +176,7 @@ static int read_meta(moe_vocab_data *vd, const moe_uth *u, json_t *root, moe_are
 	int m = moe_vocab_model_from_name(model);
 	if (m < 0)
 		return moe_err(e, MOE_EFORMAT, "%s: metadata tokenizer.model: '%s' is not llama, "
-			       "gpt2 or none", u->path, model ? model : "(missing)");
+			       "gpt2, t5, bert or none", u->path, model ? model : "(missing)");
 	vd->model = (moe_vocab_model)m;
 	const char *pre = json_string_value(json_object_get(o, "pre"));
 	if (!pre)

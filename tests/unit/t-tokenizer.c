@@ -978,6 +978,94 @@ static void test_pipelines(void)
 	free(text);
 }
 
+/* ------------------------------------------------- Unigram and WordPiece */
+
+/* tests/golden/tokenizer/{unigram,wordpiece}.json: a tokenizer.json and
+ * reference ids (sentencepiece's own encoder for Unigram; the WordPiece
+ * reference of scripts/gen-tokenizer-vectors). */
+static void test_model_vectors(const char *file, moe_vocab_model want_model)
+{
+	char path[4200];
+	size_t len;
+	snprintf(path, sizeof path, "%s/tests/golden/tokenizer/%s", srcdir, file);
+	char *text = slurp(path, &len);
+	json_t *root = text ? json_loads(text, 0, NULL) : NULL;
+	char *tj = root ? json_dumps(json_object_get(root, "tokenizer"), JSON_COMPACT) : NULL;
+	if (!tj) {
+		ok(0, "%s loads", file);
+		free(text);
+		json_decref(root);
+		return;
+	}
+	moe_arena a;
+	moe_vocab_data vd;
+	moe_error e = {0};
+	moe_tokenizer *t = NULL;
+	moe_arena_init(&a, 0);
+	int rc = moe_vocab_data_from_hf(&vd, tj, NULL, &a, &e);
+	if (rc == 0)
+		rc = moe_tokenizer_from_data(&t, &vd, &e);
+	ok(rc == 0 && vd.model == want_model, "%s: tokenizer.json read as model '%s': %s", file,
+	   moe_vocab_model_name(want_model), rc ? e.msg : "ok");
+	if (rc == 0) {
+		int n = 0, bad = 0, round = 0;
+		size_t k;
+		json_t *c;
+		json_array_foreach(json_object_get(root, "cases"), k, c) {
+			const char *txt = json_string_value(json_object_get(c, "text"));
+			json_t *want = json_object_get(c, "ids");
+			int32_t *ids;
+			size_t nid;
+			n++;
+			if (moe_tokenizer_encode(t, txt, strlen(txt), false, false, &ids, &nid, &e) < 0) {
+				tap_diag("%s: %s", file, e.msg);
+				bad++;
+				continue;
+			}
+			bool same = nid == json_array_size(want);
+			for (size_t j = 0; same && j < nid; j++)
+				same = ids[j] == json_integer_value(json_array_get(want, j));
+			if (!same) {
+				char *g = format_ids(ids, nid);
+				tap_diag("%s: \"%s\"\n#   got %s", file, txt, g);
+				free(g);
+			}
+			bad += !same;
+			/* Unigram decodes back to the text when nothing is unknown. */
+			char *back;
+			size_t bl;
+			bool has_unk = false;
+			for (size_t j = 0; j < nid; j++)
+				has_unk |= ids[j] == moe_tokenizer_special(t, MOE_SPECIAL_UNK);
+			if (want_model == MOE_VOCAB_UGM && !has_unk &&
+			    moe_tokenizer_decode(t, ids, nid, MOE_DETOK_STRIP_SPACE, &back, &bl, &e) == 0) {
+				round += bl == strlen(txt) && memcmp(back, txt, bl) == 0;
+				free(back);
+			} else {
+				round++;
+			}
+			free(ids);
+		}
+		ok(n >= 10 && bad == 0, "%s: %d texts give the reference ids (%d differ)", file, n,
+		   bad);
+		ok(round == n, "%s: decode(encode(x)) == x where no token is unknown", file);
+		/* ... and the same after a UTH metadata round trip of the model
+		 * name and pipeline. */
+		json_t *meta;
+		ok(moe_vocab_data_to_json(&vd, &meta, &e) == 0 &&
+		   strcmp(json_string_value(json_object_get(meta, "model")),
+			  moe_vocab_model_name(want_model)) == 0 &&
+		   (want_model != MOE_VOCAB_WPM || json_is_object(json_object_get(meta, "normalizer"))),
+		   "%s: model and pipeline in the UTH tokenizer metadata", file);
+		json_decref(meta);
+	}
+	moe_tokenizer_free(t);
+	moe_arena_free(&a);
+	free(tj);
+	free(text);
+	json_decref(root);
+}
+
 /* ----------------------------------------------------------------- bench */
 
 /* Deterministic mixed text: English prose, code, numbers, whitespace runs,
@@ -1146,6 +1234,8 @@ int main(int argc, char **argv)
 	test_specials();
 	test_pre_tokenizers();
 	test_pipelines();
+	test_model_vectors("unigram.json", MOE_VOCAB_UGM);
+	test_model_vectors("wordpiece.json", MOE_VOCAB_WPM);
 	for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++)
 		test_uth(vocabs[i]);
 	test_garbage();
