@@ -23,3 +23,18 @@ EXTRA_DIST += tests/unit/tokenizer-corpus.txt tests/unit/vocab-to-hf.py \
 	tests/golden/chat/deepseek.txt tests/golden/chat/deepseek3.txt \
 	tests/golden/chat/templates tests/golden/chat/conversations tests/golden/chat/render \
 	scripts/gen-chat-goldens scripts/gen-tokenizer-vectors tests/golden/tokenizer
+
+# Fuzz targets (configure --enable-fuzz, CC=clang): chat templates and
+# tokenizer.json; seeds in tests/fuzz/jinja and tests/fuzz/tokenizer-json.
+EXTRA_DIST += tests/fuzz/jinja tests/fuzz/tokenizer-json
+if ENABLE_FUZZ
+noinst_PROGRAMS += tests/fuzz/fuzz-jinja tests/fuzz/fuzz-tokenizer-json
+tests_fuzz_fuzz_jinja_SOURCES = tests/fuzz/fuzz-jinja.c
+tests_fuzz_fuzz_jinja_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS) $(JANSSON_CFLAGS)
+tests_fuzz_fuzz_jinja_LDFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_jinja_LDADD = $(MOE_LIBS)
+tests_fuzz_fuzz_tokenizer_json_SOURCES = tests/fuzz/fuzz-tokenizer-json.c
+tests_fuzz_fuzz_tokenizer_json_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_tokenizer_json_LDFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_tokenizer_json_LDADD = $(MOE_LIBS)
+endif
