@@ -38,3 +38,8 @@ tests_fuzz_fuzz_tokenizer_json_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_tokenizer_json_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_tokenizer_json_LDADD = $(MOE_LIBS)
 endif
+
+# End to end: a snapshot with a real-looking tokenizer_config.json, its own
+# chat template run by moe-run.
+TESTS += tests/cli/t0330-chat-template.sh
+EXTRA_DIST += tests/cli/t0330-chat-template.sh
