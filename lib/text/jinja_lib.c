@@ -1785,7 +1785,7 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 				i++;
 				continue;
 			}
-			if (i + 1 >= in.n || !strchr("sdr", in.s[i + 1]) || k >= n)
+			if (i + 1 >= in.n || !in.s[i + 1] || !strchr("sdr", in.s[i + 1]) || k >= n)
 				jx_fail(r, MOE_EINVAL, "format: only %%s, %%d and %%r are supported");
 			if (in.s[i + 1] == 'r')
 				jv_repr_to(r, b, &args[k++]);

@@ -223,7 +223,7 @@ static size_t lex_string(lexer *lx, size_t p, tok *t)
 			continue;
 		}
 		const char *from = "ntr\\'\"abfv\n", *to = "\n\t\r\\'\"\a\b\f\v";
-		const char *f = strchr(from, d);
+		const char *f = d ? strchr(from, d) : NULL;
 		if (f && d == '\n') { /* backslash-newline: a continuation */
 			line++;
 			i += 2;
