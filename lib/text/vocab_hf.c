@@ -191,6 +191,22 @@ static const char *template_edge(json_t *tp, bool first)
 	return jstr(json_object_get(el, "SpecialToken"), "id");
 }
 
+/* A token id: an integer, or a float with an integral value (some writers
+ * emit 5.0); -1 if neither or out of [0, HF_MAX_TOKENS). */
+static json_int_t id_of(json_t *v)
+{
+	double d;
+	if (json_is_integer(v))
+		d = (double)json_integer_value(v);
+	else if (json_is_real(v))
+		d = json_real_value(v);
+	else
+		return -1;
+	if (!(d >= 0 && d < HF_MAX_TOKENS) || d != (double)(json_int_t)d)
+		return -1;
+	return (json_int_t)d;
+}
+
 typedef struct hf_ctx {
 	const char **str; /* [n] token text (NULL: hole) */
 	size_t *len;
@@ -254,26 +270,24 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 	}
 	if (!ugm)
 	json_object_foreach(vocab, key, v) {
-		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-		    json_integer_value(v) >= HF_MAX_TOKENS)
+		if (id_of(v) < 0)
 			return moe_err(e, MOE_EFORMAT, "tokenizer.json: model.vocab['%s']: bad id",
 				       key);
-		if (json_integer_value(v) > max)
-			max = json_integer_value(v);
+		if (id_of(v) > max)
+			max = id_of(v);
 	}
 	if (added && !json_is_array(added))
 		return moe_err(e, MOE_EFORMAT, "tokenizer.json: added_tokens is not an array");
 	json_array_foreach(added, i, v) {
 		json_t *id = json_object_get(v, "id");
-		if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-		    json_integer_value(id) >= HF_MAX_TOKENS ||
+		if (id_of(id) < 0 ||
 		    !json_is_string(json_object_get(v, "content")))
 			return moe_err(e, MOE_EFORMAT,
 				       "tokenizer.json: added_tokens[%zu]: bad id or "
 				       "content",
 				       i);
-		if (json_integer_value(id) > max)
-			max = json_integer_value(id);
+		if (id_of(id) > max)
+			max = id_of(id);
 	}
 	if (max < 0)
 		return moe_err(e, MOE_EFORMAT, "tokenizer.json: empty vocabulary");
@@ -396,14 +410,14 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 		}
 	} else {
 		json_object_foreach(vocab, key, v) {
-			json_int_t id = json_integer_value(v);
+			json_int_t id = id_of(v);
 			c->str[id] = key;
 			c->len[id] = strlen(key);
 			c->type[id] = MOE_TOKEN_NORMAL;
 		}
 	}
 	json_array_foreach(added, i, v) {
-		json_int_t id = json_integer_value(json_object_get(v, "id"));
+		json_int_t id = id_of(json_object_get(v, "id"));
 		json_t *content = json_object_get(v, "content");
 		c->str[id] = json_string_value(content);
 		c->len[id] = json_string_length(content);
@@ -552,9 +566,8 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 		vd->add_space_prefix = false; /* Replace without Prepend */
 	int32_t id;
 	json_t *uid = json_object_get(model, "unk_id");
-	if (ugm && json_is_integer(uid) && json_integer_value(uid) >= 0 &&
-	    json_integer_value(uid) < (json_int_t)c->n)
-		unk = c->str[json_integer_value(uid)];
+	if (ugm && id_of(uid) >= 0 && id_of(uid) < (json_int_t)c->n)
+		unk = c->str[id_of(uid)];
 	if (ugm || wpm) {
 		/* Metaspace/WordPiece decoders put a space before words; the
 		 * detokeniser drops the first (MOE_DETOK_STRIP_SPACE). */

@@ -1066,6 +1066,51 @@ static void test_model_vectors(const char *file, moe_vocab_model want_model)
 	json_decref(root);
 }
 
+/* Real files: ids written as floats (5.0), a tokenizer_config.json with
+ * Python's int(1e30) in model_max_length; a non-integral id is refused. */
+static void test_real_json(void)
+{
+	char path[4200];
+	size_t len;
+	snprintf(path, sizeof path, "%s/tests/golden/tokenizer/wordpiece.json", srcdir);
+	char *text = slurp(path, &len);
+	json_t *root = text ? json_loads(text, 0, NULL) : NULL;
+	json_t *tj = root ? json_deep_copy(json_object_get(root, "tokenizer")) : NULL;
+	if (!tj) {
+		ok(0, "wordpiece.json loads");
+		free(text);
+		json_decref(root);
+		return;
+	}
+	json_t *jvocab = json_object_get(json_object_get(tj, "model"), "jvocab");
+	const char *key;
+	json_t *v;
+	json_object_foreach(jvocab, key, v)
+		json_object_set_new(jvocab, key, json_real((double)json_integer_value(v)));
+	char *floats = json_dumps(tj, JSON_COMPACT);
+	const char *cfg = "{\"model_max_length\": 1000000000000000019884624838656, "
+			  "\"bos_token\": \"[CLS]\", \"add_bos_token\": true}";
+	moe_arena a;
+	moe_vocab_data vd;
+	moe_error e = {0};
+	moe_arena_init(&a, 0);
+	int rc = moe_vocab_data_from_hf(&vd, floats, cfg, &a, &e);
+	ok(rc == 0 && vd.bos_id == 2 && vd.add_bos,
+	   "float ids and model_max_length = int(1e30) are read: %s", rc ? e.msg : "ok");
+	moe_arena_free(&a);
+	json_object_set_new(jvocab, "[UNK]", json_real(1.5));
+	char *bad = json_dumps(tj, JSON_COMPACT);
+	moe_arena_init(&a, 0);
+	rc = moe_vocab_data_from_hf(&vd, bad, NULL, &a, &e);
+	ok(rc == MOE_EFORMAT && strstr(e.msg, "[UNK]"), "an id of 1.5 is refused: %s", e.msg);
+	moe_arena_free(&a);
+	free(bad);
+	free(floats);
+	json_decref(tj);
+	json_decref(root);
+	free(text);
+}
+
 /* ----------------------------------------------------------------- bench */
 
 /* Deterministic mixed text: English prose, code, numbers, whitespace runs,
@@ -1236,6 +1281,7 @@ int main(int argc, char **argv)
 	test_pipelines();
 	test_model_vectors("unigram.json", MOE_VOCAB_UGM);
 	test_model_vectors("wordpiece.json", MOE_VOCAB_WPM);
+	test_real_json();
 	for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++)
 		test_uth(vocabs[i]);
 	test_garbage();
