@@ -1082,7 +1082,7 @@ static void test_real_json(void)
 		json_decref(root);
 		return;
 	}
-	json_t *jvocab = json_object_get(json_object_get(tj, "model"), "jvocab");
+	json_t *jvocab = json_object_get(json_object_get(tj, "model"), "vocab");
 	const char *key;
 	json_t *v;
 	json_object_foreach(jvocab, key, v)
