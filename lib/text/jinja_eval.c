@@ -736,6 +736,12 @@ static jv arith(jrender *r, const char *op, jv a, jv b)
 		l.tuple = a.tuple && b.tuple;
 		return l;
 	}
+	if (op[0] == '%' && a.t == JV_STR) {
+		/* printf-style formatting: "%s and %d" % (x, y) */
+		if (b.t == JV_LIST && b.tuple)
+			return jx_filter(r, "format", a, b.l->v, NULL, b.l->n, NULL);
+		return jx_filter(r, "format", a, &b, NULL, 1, NULL);
+	}
 	if (op[0] == '*' && !op[1] && ((a.t == JV_STR && b.t == JV_INT) ||
 				       (a.t == JV_INT && b.t == JV_STR))) {
 		jv s = a.t == JV_STR ? a : b;

@@ -156,6 +156,7 @@ static const struct {
 	{"{{ 'x' ~ none ~ u ~ 1.5 }} {{ 'ab' * 2 }} {{ 'y' if 0 }}|", "{}", "xNone1.5 abab |"},
 	{"{% raw %}{{ x }}{% endraw %}", "{}", "{{ x }}"},
 	{"a\r\nb\n", "{}", "a\nb"},
+	{"{{ '%s=%d' % ('x', 3) }} {{ '%s!' % 'hi' }} {{ '100%%' % () }}", "{}", "x=3 hi! 100%"},
 };
 
 static void test_cases(void)
