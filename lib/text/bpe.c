@@ -461,9 +461,7 @@ void moe_bpe_free(moe_tokenizer *t)
 
 /* ------------------------------------------------------------- encoding */
 
-typedef struct span {
-	uint32_t off, len;
-} span;
+typedef moe_span span; /* {off, len}: the pre-tokenizer's pieces too */
 
 typedef struct bsym {
 	uint32_t ent;  /* entry, or UINT32_MAX if the string is unknown */
@@ -660,6 +658,7 @@ int moe_bpe_encode(const moe_tokenizer *t, const char *text, size_t len, moe_ids
 		   moe_error *e)
 {
 	bpe_work w = {0};
+	moe_pieces ps = {0};
 	int rc = 0;
 
 	if (len == 0)
@@ -668,48 +667,37 @@ int moe_bpe_encode(const moe_tokenizer *t, const char *text, size_t len, moe_ids
 	 * PCRE2 in UTF mode is called without checking it again. */
 	if (len > UINT32_MAX)
 		return moe_err(e, MOE_ERANGE, "text too long for the tokenizer (%zu bytes)", len);
+	/* Words: from tokenizer.json's pre-tokenizer (spans of its work
+	 * buffer) or from the named regexes (spans of text). */
+	const char *base = text;
+	const span *words = NULL;
+	size_t n_words = 0;
 	if (t->pretok) {
-		/* The pre-tokenizer of tokenizer.json. */
-		moe_pieces ps = {0};
 		rc = moe_pretok_run(t->pretok, text, len, &ps);
-		for (size_t i = 0; rc == 0 && i < ps.n; i++)
-			rc = encode_word(t, &w, (const unsigned char *)ps.buf.p + ps.v[i].off,
-					 ps.v[i].len, out);
-		moe_pieces_free(&ps);
-		free(w.sym);
-		free(w.heap.v);
-		free(w.enc.p);
-		if (rc == MOE_ERANGE)
-			return moe_err(e, rc, "pre-tokenizer: regular expression limit reached on "
-				       "this text");
-		if (rc < 0)
-			return moe_err(e, rc, "out of memory (tokenizer)");
-		return 0;
-	}
-	w.md = pcre2_match_data_create(4, NULL);
-	if (!w.md) {
+		base = ps.buf.p;
+		words = (const span *)ps.v;
+		n_words = ps.n;
+	} else if (!(w.md = pcre2_match_data_create(4, NULL))) {
 		rc = MOE_ENOMEM;
-		goto out;
+	} else {
+		rc = pre_split(t, &w, text, len);
+		words = w.pieces;
+		n_words = w.n_pieces;
 	}
-	rc = pre_split(t, &w, text, len);
-	if (rc == MOE_ERANGE) {
-		pcre2_match_data_free(w.md);
-		free(w.pieces);
-		free(w.next);
-		return moe_err(e, MOE_ERANGE, "pre-tokenizer '%s': regular expression limit "
-			       "reached on this text", t->pre->name);
-	}
-	for (size_t i = 0; rc == 0 && i < w.n_pieces; i++)
-		rc = encode_word(t, &w, (const unsigned char *)text + w.pieces[i].off,
-				 w.pieces[i].len, out);
-out:
+	for (size_t i = 0; rc == 0 && i < n_words; i++)
+		rc = encode_word(t, &w, (const unsigned char *)base + words[i].off, words[i].len,
+				 out);
 	if (w.md)
 		pcre2_match_data_free(w.md);
+	moe_pieces_free(&ps);
 	free(w.pieces);
 	free(w.next);
 	free(w.sym);
 	free(w.heap.v);
 	free(w.enc.p);
+	if (rc == MOE_ERANGE)
+		return moe_err(e, rc, "pre-tokenizer '%s': regular expression limit reached on "
+			       "this text", t->pretok ? "tokenizer.json" : t->pre->name);
 	if (rc < 0)
 		return moe_err(e, rc, "out of memory (tokenizer)");
 	return 0;
