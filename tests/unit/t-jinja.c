@@ -266,6 +266,114 @@ static void test_timing(const char *top)
 	free(ctext);
 }
 
+/* moe_chat_apply: a tokenizer carrying the model's template and a named
+ * one; messages with tool calls and reasoning_content; tools; extra
+ * variables; the system prompt; errors; the fallback for syntax we lack. */
+static void test_apply(const char *top)
+{
+	size_t len;
+	char *qwen3 = slurp(top, "tests/golden/chat/templates/qwen3.jinja", &len);
+	char *ctext = slurp(top, "tests/golden/chat/conversations/tools.json", &len);
+	char *want = slurp(top, "tests/golden/chat/render/qwen3__tools.txt", &len);
+	char *tctext = slurp(top, "tests/golden/chat/conversations/thinking-off.json", &len);
+	char *twant = slurp(top, "tests/golden/chat/render/qwen3__thinking-off.txt", &len);
+	json_t *conv = ctext ? json_loads(ctext, 0, NULL) : NULL;
+	json_t *tconv = tctext ? json_loads(tctext, 0, NULL) : NULL;
+	if (!qwen3 || !conv || !want || !tconv || !twant) {
+		ok(0, "moe_chat_apply test data");
+		goto out;
+	}
+	static const uint32_t off0[1] = {0};
+	const char *names[1] = {"tool_use"};
+	const char *texts[1] = {"{{ tools | length }} tools, {{ messages | length }} messages"};
+	moe_vocab_data vd = {0};
+	vd.model = MOE_VOCAB_NONE;
+	vd.tokens = "";
+	vd.token_offsets = off0;
+	vd.bos_id = vd.eos_id = vd.eot_id = vd.eom_id = vd.unk_id = vd.pad_id = vd.sep_id = -1;
+	vd.chat_template = qwen3;
+	vd.n_chat_templates = 1;
+	vd.chat_template_names = names;
+	vd.chat_template_texts = texts;
+	moe_tokenizer *t;
+	moe_error e = {0};
+	if (moe_tokenizer_from_data(&t, &vd, &e) < 0) {
+		ok(0, "tokenizer with templates: %s", e.msg);
+		goto out;
+	}
+	moe_chat_opts o = {0};
+	moe_jinja_opts jo = {.use_now = true, .now = NOW};
+	o.tools = json_object_get(conv, "tools");
+	o.add_generation_prompt = true;
+	o.jinja = &jo;
+	char *out = NULL;
+	int rc = moe_chat_apply(t, json_object_get(conv, "messages"), &o, &out, &len, &e);
+	ok(rc == 0 && strcmp(out, want) == 0, "moe_chat_apply: the model's template with tool "
+	   "calls and tools equals Python's rendering%s%s", rc ? ": " : "", rc ? e.msg : "");
+	free(out);
+	o.tools = NULL;
+	o.vars = json_object_get(tconv, "vars");
+	rc = moe_chat_apply(t, json_object_get(tconv, "messages"), &o, &out, &len, &e);
+	ok(rc == 0 && strcmp(out, twant) == 0, "... reasoning_content and enable_thinking=false");
+	free(out);
+	o.vars = NULL;
+	o.template_name = "tool_use";
+	o.tools = json_object_get(conv, "tools");
+	rc = moe_chat_apply(t, json_object_get(conv, "messages"), &o, &out, &len, &e);
+	ok(rc == 0 && strcmp(out, "2 tools, 6 messages") == 0, "a named template (tool_use)");
+	free(out);
+	json_t *one = json_loads("[{\"role\": \"user\", \"content\": \"Hi\"}]", 0, NULL);
+	o.template_name = NULL;
+	o.tools = NULL;
+	o.system = "Be brief.";
+	rc = moe_chat_apply(t, one, &o, &out, &len, &e);
+	ok(rc == 0 && strcmp(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+				  "Hi<|im_end|>\n<|im_start|>assistant\n") == 0,
+	   "the system prompt becomes a system message");
+	free(out);
+	o.system = NULL;
+	o.template_name = "chatml";
+	rc = moe_chat_apply(t, one, &o, &out, &len, &e);
+	ok(rc == 0 && strcmp(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n") == 0,
+	   "a built-in format by name");
+	free(out);
+	o.template_name = "no-such-template";
+	rc = moe_chat_apply(t, one, &o, &out, &len, &e);
+	ok(rc == MOE_EINVAL && strstr(e.msg, "no-such-template") && strstr(e.msg, "tool_use"),
+	   "an unknown name is refused, listing the names: %s", e.msg);
+	o.template_name = "chatml";
+	o.tools = json_object_get(conv, "tools");
+	rc = moe_chat_apply(t, one, &o, &out, &len, &e);
+	ok(rc == MOE_EINVAL, "tools with a built-in format are refused: %s", e.msg);
+	json_t *norole = json_loads("[{\"content\": \"no role\"}]", 0, NULL);
+	o.template_name = NULL;
+	o.tools = NULL;
+	rc = moe_chat_apply(t, norole, &o, &out, &len, &e);
+	ok(rc == MOE_EINVAL && strstr(e.msg, "role"), "a message without a role: %s", e.msg);
+	json_decref(norole);
+	moe_tokenizer_free(t);
+	/* A template with syntax the interpreter lacks: the built-in format
+	 * it resembles, with a warning. */
+	vd.chat_template = "{% call foo() %}x{% endcall %}<|im_start|>";
+	vd.n_chat_templates = 0;
+	if (moe_tokenizer_from_data(&t, &vd, &e) == 0) {
+		rc = moe_chat_apply(t, one, &o, &out, &len, &e);
+		ok(rc == 0 && strncmp(out, "<|im_start|>user", 16) == 0,
+		   "an unsupported construct falls back to the built-in format");
+		free(out);
+		moe_tokenizer_free(t);
+	}
+	json_decref(one);
+out:
+	json_decref(conv);
+	json_decref(tconv);
+	free(qwen3);
+	free(ctext);
+	free(want);
+	free(tctext);
+	free(twant);
+}
+
 int main(void)
 {
 	const char *top = getenv("top_srcdir");
@@ -276,6 +384,7 @@ int main(void)
 	test_goldens(top);
 	test_cases();
 	test_bad();
+	test_apply(top);
 	test_timing(top);
 	return tap_done();
 }
