@@ -53,6 +53,8 @@ typedef enum moe_vocab_model {
 	MOE_VOCAB_NONE = 0, /* "none": no tokenizer (ids only) */
 	MOE_VOCAB_SPM = 1,  /* "llama": SentencePiece-style BPE over scores */
 	MOE_VOCAB_BPE = 2,  /* "gpt2": byte-level BPE over ranked merges */
+	MOE_VOCAB_UGM = 3,  /* "t5": Unigram (SentencePiece unigram), Viterbi over scores */
+	MOE_VOCAB_WPM = 4,  /* "bert": WordPiece, greedy longest match, "##" pieces */
 } moe_vocab_model;
 
 /* The neutral form of a vocabulary.  Arrays are owned by the arena given to
@@ -75,6 +77,18 @@ typedef struct moe_vocab_data {
 	int32_t bos_id, eos_id, eot_id, eom_id, unk_id, pad_id, sep_id;
 	bool add_bos, add_eos, add_space_prefix, remove_extra_whitespaces;
 	const char *chat_template; /* NUL-terminated Jinja text or NULL */
+	/* Text pipeline as tokenizer.json declares it (JSON texts of its
+	 * "normalizer" and "pre_tokenizer" objects, or NULL).  A pre_tokenizer
+	 * replaces the named `pre` table for byte-level BPE; a normalizer is
+	 * applied to raw text before everything else.  GGUF files carry
+	 * neither: the named table supplies the normalizer its models use. */
+	const char *normalizer;
+	const char *pre_tokenizer;
+	bool ignore_merges_set, ignore_merges; /* tokenizer.json model.ignore_merges */
+	/* Named templates besides the default ("tool_use", "rag", ...). */
+	uint32_t n_chat_templates;
+	const char *const *chat_template_names;
+	const char *const *chat_template_texts;
 } moe_vocab_data;
 
 /* Token i's bytes (not NUL-terminated in general) and length. */
@@ -84,7 +98,7 @@ static inline const char *moe_vocab_token(const moe_vocab_data *vd, uint32_t i, 
 	return vd->tokens + vd->token_offsets[i];
 }
 
-/* Model name <-> enum: "llama", "gpt2", "none".  from_name returns -1 for an
+/* Model name <-> enum: "llama", "gpt2", "t5", "bert", "none".  from_name returns -1 for an
  * unknown name; to_name never returns NULL. */
 int moe_vocab_model_from_name(const char *name);
 const char *moe_vocab_model_name(moe_vocab_model m);
@@ -267,5 +281,67 @@ moe_chat_template moe_chat_detect(const char *jinja, bool *recognised);
 int moe_chat_render(moe_chat_template tmpl, const moe_chat_msg *msgs, size_t n,
 		    const char *system, bool add_generation_prompt, const char *bos,
 		    const char *eos, char **out, size_t *len, moe_error *e);
+
+/* ------------------------------------------------- Jinja2 chat templates */
+
+/* A sandboxed Jinja2 interpreter for chat templates: the language subset
+ * real templates use (expressions, filters, tests, string/dict methods,
+ * for/if/set/macro/namespace, loop.*, break/continue), rendering exactly
+ * as Python's jinja2 does with transformers' settings (trim_blocks,
+ * lstrip_blocks, its tojson, raise_exception, strftime_now).  It has no
+ * I/O; loop steps, macro recursion, output and memory are limited, and an
+ * error names the template line. */
+#define MOE_JINJA_MAX_OUTPUT (16u << 20)  /* bytes of output */
+#define MOE_JINJA_MAX_MEMORY (256u << 20) /* bytes of working memory */
+#define MOE_JINJA_MAX_STEPS 1000000u      /* loop iterations + macro calls */
+#define MOE_JINJA_MAX_DEPTH 50u           /* nested macro calls */
+
+typedef struct moe_jinja_opts {
+	size_t max_output, max_memory; /* 0: the defaults above */
+	uint64_t max_steps;
+	unsigned max_depth;
+	bool use_now;   /* strftime_now uses `now` instead of the clock */
+	int64_t now;    /* seconds since the epoch, formatted in local time */
+} moe_jinja_opts;
+
+/* Render template text (len bytes) with the variables of a JSON object
+ * (may be NULL).  o may be NULL (defaults).  *out is malloc'd and
+ * NUL-terminated.  Returns 0, MOE_EFORMAT (syntax error: "line N: ..."),
+ * MOE_EINVAL (an error while rendering, including raise_exception, whose
+ * message is "line N: raised: TEXT"), MOE_ERANGE (a limit was reached) or
+ * MOE_ENOMEM. */
+int moe_jinja_render(const char *tmpl, size_t len, const json_t *vars, const moe_jinja_opts *o,
+		     char **out, size_t *out_len, moe_error *e);
+
+/* Options of moe_chat_apply. */
+typedef struct moe_chat_opts {
+	/* NULL or "auto": the model's own template (moe_tokenizer_chat_template),
+	 * or the built-in chatml if it has none.  Otherwise a named template
+	 * of the model ("tool_use", "default", ...) or a built-in format name
+	 * (moe_chat_template_from_name). */
+	const char *template_name;
+	const json_t *tools;      /* array of tool definitions, or NULL */
+	const json_t *vars;       /* extra variables (enable_thinking, ...) or NULL */
+	const char *system;       /* system prompt when the messages have none */
+	bool add_generation_prompt;
+	const moe_jinja_opts *jinja; /* limits, clock; NULL: defaults */
+} moe_chat_opts;
+
+/* Render a conversation (a JSON array of message objects: role, content,
+ * and optionally tool_calls, tool_call_id, name, reasoning_content) for
+ * the model of tokenizer t.  Jinja templates receive messages, tools,
+ * add_generation_prompt, bos_token/eos_token/unk_token/pad_token (the
+ * texts of the model's special tokens) and opts->vars, as transformers'
+ * apply_chat_template passes them.  Built-in formats take role and string
+ * content only.  *out is malloc'd.  Returns 0, MOE_EINVAL (bad messages,
+ * unknown template name, template error) or the errors of
+ * moe_jinja_render. */
+int moe_chat_apply(const moe_tokenizer *t, const json_t *messages, const moe_chat_opts *opts,
+		   char **out, size_t *len, moe_error *e);
+
+/* The named chat template `name` stored with the vocabulary (from a
+ * tokenizer_config.json list or GGUF's tokenizer.chat_template.NAME), or
+ * NULL. */
+const char *moe_tokenizer_chat_template_named(const moe_tokenizer *t, const char *name);
 
 #endif

@@ -99,29 +99,21 @@ int moe_req_render_chat(const moe_tokenizer *tok, const moe_chat_msg *msgs, size
 			const char *system, const char *chat_template, bool gen_prompt,
 			char **out, size_t *len, moe_error *e)
 {
-	moe_chat_template tmpl;
-	if (chat_template) {
-		int t = moe_chat_template_from_name(chat_template);
-		if (t < 0)
-			return moe_err(e, MOE_EINVAL, "unknown chat template '%s' (known: %s)",
-				       chat_template, moe_chat_template_names());
-		tmpl = (moe_chat_template)t;
-	} else {
-		tmpl = moe_chat_detect(moe_tokenizer_chat_template(tok), NULL);
-	}
-	char *bos = NULL, *eos = NULL;
-	size_t tl;
-	const char *t = moe_tokenizer_token_text(tok, moe_tokenizer_special(tok, MOE_SPECIAL_BOS), &tl);
-	if (t && !(bos = strndup(t, tl)))
+	/* lib/text chooses: the model's own (Jinja) template, a named one, or a
+	 * built-in format (moe_chat_apply). */
+	json_t *arr = json_array();
+	for (size_t i = 0; arr && i < n; i++)
+		if (json_array_append_new(arr, json_pack("{s:s, s:s}", "role", msgs[i].role,
+							 "content", msgs[i].content)) < 0) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	if (!arr)
 		return moe_err(e, MOE_ENOMEM, "out of memory");
-	t = moe_tokenizer_token_text(tok, moe_tokenizer_special(tok, MOE_SPECIAL_EOS), &tl);
-	if (t && !(eos = strndup(t, tl))) {
-		free(bos);
-		return moe_err(e, MOE_ENOMEM, "out of memory");
-	}
-	int rc = moe_chat_render(tmpl, msgs, n, system, gen_prompt, bos, eos, out, len, e);
-	free(bos);
-	free(eos);
+	moe_chat_opts co = {.template_name = chat_template, .system = system,
+			    .add_generation_prompt = gen_prompt};
+	int rc = moe_chat_apply(tok, arr, &co, out, len, e);
+	json_decref(arr);
 	return rc;
 }
 

@@ -64,30 +64,49 @@
 	"[^\\r\\n\\p{L}\\p{N}]?" RE_TEKKEN_UPPER "+" RE_TEKKEN_LOWER "*|" \
 	"\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
+/* o200k (GPT-4o, gpt-oss; Llama 4 uses the same split) and Kimi K2, as
+ * tiktoken writes them; Kimi's class intersections (&&) go through the
+ * translation rule of pretok.c. */
+#define RE_O200K_WORD(U, L) "[^\\r\\n\\p{L}\\p{N}]?" U L "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+#define RE_O200K                                                                         \
+	RE_O200K_WORD("[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*", "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+") "|" \
+	RE_O200K_WORD("[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+", "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*") "|" \
+	"\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_KIMI_U "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]"
+#define RE_KIMI_L "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]"
+#define RE_KIMI                                                                          \
+	"[\\p{Han}]+|" RE_O200K_WORD(RE_KIMI_U "*", RE_KIMI_L "+") "|"                      \
+	RE_O200K_WORD(RE_KIMI_U "+", RE_KIMI_L "*") "|"                                       \
+	"\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define NORM_NFC "{\"type\": \"NFC\"}"
+
 static const moe_pre_def pre_defs[] = {
 	{"default", "\0",
-	 {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, false, -1},
+	 {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, false, -1, NULL},
 	{"llama3", "llama-v3\0llama-bpe\0falcon3\0dbrx\0smaug-bpe\0chatglm-bpe\0",
-	 {RE_LLAMA3}, true, 1},
+	 {RE_LLAMA3}, true, 1, NULL},
 	{"deepseek-llm", "\0",
-	 {"[\\r\\n]", RE_DS_LETTERS, RE_DS_PUNCT, "\\s+$", RE_DS_CJK, "\\p{N}+"}, false, -1},
+	 {"[\\r\\n]", RE_DS_LETTERS, RE_DS_PUNCT, "\\s+$", RE_DS_CJK, "\\p{N}+"}, false, -1, NULL},
 	{"deepseek-coder", "\0",
-	 {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_DS_CJK, "\\p{N}"}, false, -1},
+	 {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_DS_CJK, "\\p{N}"}, false, -1, NULL},
 	{"deepseek-v3", "\0",
 	 {"\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
 	  "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?"
 	  "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
-	 false, -1},
-	{"falcon", "\0", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}, false, -1},
+	 false, -1, NULL},
+	{"falcon", "\0", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}, false, -1, NULL},
 	{"starcoder", "refact\0command-r\0smollm\0codeshell\0exaone\0minerva-7b\0",
-	 {"\\p{N}", RE_GPT2}, false, -1},
+	 {"\\p{N}", RE_GPT2}, false, -1, NULL},
 	{"gpt-2", "gpt2\0mpt\0olmo\0gpt-neox\0jais\0phi-2\0jina-es\0jina-de\0gigachat\0"
 	 "jina-v1-en\0jina-v2-es\0jina-v2-de\0jina-v2-code\0roberta-bpe\0",
-	 {RE_GPT2}, false, -1},
-	{"qwen2", "stablelm2\0megrez\0", {RE_QWEN2}, false, -1},
-	{"bloom", "poro-chat\0gpt3-finnish\0", {RE_BLOOM}, false, -1},
-	{"viking", "\0", {RE_BLOOM, "\\p{N}"}, false, -1},
-	{"tekken", "\0", {RE_TEKKEN}, true, 1},
+	 {RE_GPT2}, false, -1, NULL},
+	{"qwen2", "qwen3\0stablelm2\0megrez\0deepseek-r1-qwen\0", {RE_QWEN2}, false, -1,
+	 NORM_NFC},
+	{"gpt-4o", "o200k\0gpt-oss\0llama4\0", {RE_O200K}, true, -1, NULL},
+	{"kimi-k2", "\0", {RE_KIMI}, true, -1, NULL},
+	{"bloom", "poro-chat\0gpt3-finnish\0", {RE_BLOOM}, false, -1, NULL},
+	{"viking", "\0", {RE_BLOOM, "\\p{N}"}, false, -1, NULL},
+	{"tekken", "\0", {RE_TEKKEN}, true, 1, NULL},
 };
 
 const moe_pre_def *moe_pre_find(const char *name)
@@ -332,23 +351,15 @@ static int compile_regexes(moe_tokenizer *t, moe_error *e)
 	if (!t->re)
 		return moe_err(e, MOE_ENOMEM, "out of memory (pre-tokenizer)");
 	for (size_t i = 0; i < n; i++) {
-		int err;
-		PCRE2_SIZE where;
-		pcre2_code *c = pcre2_compile((PCRE2_SPTR)d->regex[i], PCRE2_ZERO_TERMINATED,
-					      PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY |
-						      PCRE2_NO_UTF_CHECK,
-					      &err, &where, NULL);
-		if (!c) {
-			PCRE2_UCHAR msg[256];
-			pcre2_get_error_message(err, msg, sizeof msg);
-			return moe_err(e, MOE_EINTERNAL,
-				       "pre-tokenizer '%s': regex %zu does not compile at %zu: %s",
-				       d->name, i, (size_t)where, (const char *)msg);
-		}
-		t->re[i].code = c;
 		/* JIT is an optimisation: without it (no JIT support, W^X
 		 * policies) the interpreter gives the same matches. */
-		t->re[i].jit = pcre2_jit_compile(c, PCRE2_JIT_COMPLETE) == 0;
+		void *code;
+		bool jit;
+		if (moe_regex_compile(d->regex[i], false, d->name, &code, &jit, e) < 0)
+			return moe_err(e, MOE_EINTERNAL, "pre-tokenizer '%s': regex %zu does not "
+				       "compile", d->name, i);
+		t->re[i].code = code;
+		t->re[i].jit = jit;
 		t->n_re++;
 	}
 	return 0;
@@ -358,7 +369,10 @@ int moe_bpe_build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 {
 	size_t cap = 16;
 
-	MOE_TRY(compile_regexes(t, e));
+	if (vd->pre_tokenizer)
+		MOE_TRY(moe_pretok_from_json(&t->pretok, vd->pre_tokenizer, e));
+	else
+		MOE_TRY(compile_regexes(t, e));
 	if (moe_strmap_init(&t->ent_map, (size_t)t->n_tokens + vd->n_merges) < 0)
 		return moe_err(e, MOE_ENOMEM, "out of memory (merge table)");
 	/* Tokens first: entry e < n_ent; duplicates share an entry whose
@@ -439,6 +453,7 @@ void moe_bpe_free(moe_tokenizer *t)
 	for (uint32_t i = 0; i < t->n_re; i++)
 		pcre2_code_free(t->re[i].code);
 	free(t->re);
+	moe_pretok_free(t->pretok);
 	free(t->pairs);
 	free(t->ent_tok);
 	moe_strmap_free(&t->ent_map);
@@ -446,9 +461,7 @@ void moe_bpe_free(moe_tokenizer *t)
 
 /* ------------------------------------------------------------- encoding */
 
-typedef struct span {
-	uint32_t off, len;
-} span;
+typedef moe_span span; /* {off, len}: the pre-tokenizer's pieces too */
 
 typedef struct bsym {
 	uint32_t ent;  /* entry, or UINT32_MAX if the string is unknown */
@@ -645,6 +658,7 @@ int moe_bpe_encode(const moe_tokenizer *t, const char *text, size_t len, moe_ids
 		   moe_error *e)
 {
 	bpe_work w = {0};
+	moe_pieces ps = {0};
 	int rc = 0;
 
 	if (len == 0)
@@ -653,30 +667,37 @@ int moe_bpe_encode(const moe_tokenizer *t, const char *text, size_t len, moe_ids
 	 * PCRE2 in UTF mode is called without checking it again. */
 	if (len > UINT32_MAX)
 		return moe_err(e, MOE_ERANGE, "text too long for the tokenizer (%zu bytes)", len);
-	w.md = pcre2_match_data_create(4, NULL);
-	if (!w.md) {
+	/* Words: from tokenizer.json's pre-tokenizer (spans of its work
+	 * buffer) or from the named regexes (spans of text). */
+	const char *base = text;
+	const span *words = NULL;
+	size_t n_words = 0;
+	if (t->pretok) {
+		rc = moe_pretok_run(t->pretok, text, len, &ps);
+		base = ps.buf.p;
+		words = (const span *)ps.v;
+		n_words = ps.n;
+	} else if (!(w.md = pcre2_match_data_create(4, NULL))) {
 		rc = MOE_ENOMEM;
-		goto out;
+	} else {
+		rc = pre_split(t, &w, text, len);
+		words = w.pieces;
+		n_words = w.n_pieces;
 	}
-	rc = pre_split(t, &w, text, len);
-	if (rc == MOE_ERANGE) {
-		pcre2_match_data_free(w.md);
-		free(w.pieces);
-		free(w.next);
-		return moe_err(e, MOE_ERANGE, "pre-tokenizer '%s': regular expression limit "
-			       "reached on this text", t->pre->name);
-	}
-	for (size_t i = 0; rc == 0 && i < w.n_pieces; i++)
-		rc = encode_word(t, &w, (const unsigned char *)text + w.pieces[i].off,
-				 w.pieces[i].len, out);
-out:
+	for (size_t i = 0; rc == 0 && i < n_words; i++)
+		rc = encode_word(t, &w, (const unsigned char *)base + words[i].off, words[i].len,
+				 out);
 	if (w.md)
 		pcre2_match_data_free(w.md);
+	moe_pieces_free(&ps);
 	free(w.pieces);
 	free(w.next);
 	free(w.sym);
 	free(w.heap.v);
 	free(w.enc.p);
+	if (rc == MOE_ERANGE)
+		return moe_err(e, rc, "pre-tokenizer '%s': regular expression limit reached on "
+			       "this text", t->pretok ? "tokenizer.json" : t->pre->name);
 	if (rc < 0)
 		return moe_err(e, rc, "out of memory (tokenizer)");
 	return 0;

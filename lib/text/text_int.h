@@ -74,6 +74,7 @@ typedef struct moe_pre_def {
 	const char *regex[MOE_PRE_MAX_REGEX]; /* applied in sequence; NULL-ended */
 	bool ignore_merges;   /* a whole word that is a token wins (llama3) */
 	int add_bos;          /* default add_bos for this pre (-1: model default) */
+	const char *normalizer; /* its models' normalizer (tokenizer.json form) */
 } moe_pre_def;
 
 /* The definition for a pre-tokenizer name or alias, or NULL. */
@@ -84,6 +85,45 @@ const moe_pre_def *moe_pre_find(const char *name);
 const char *moe_pre_recognise(const char *const *regex, size_t n);
 /* GPT-2's split pattern (what HF's ByteLevel with use_regex applies). */
 const char *moe_pre_gpt2_regex(void);
+
+/* ----------------------------------------- pipelines from tokenizer.json */
+
+/* Pieces of text: spans of a work buffer (pretok.c). */
+typedef struct moe_span {
+	uint32_t off, len;
+} moe_span;
+typedef struct moe_pieces {
+	moe_sbuf buf;
+	moe_span *v;
+	size_t n, cap;
+} moe_pieces;
+void moe_pieces_free(moe_pieces *ps);
+
+typedef struct moe_pretok moe_pretok;
+/* Compile a tokenizer.json "pre_tokenizer" (JSON text).  0, MOE_EFORMAT,
+ * MOE_EUNSUPPORTED (an unknown type or a regex PCRE2 cannot take even
+ * after translation) or MOE_ENOMEM. */
+int moe_pretok_from_json(moe_pretok **out, const char *json, moe_error *e);
+/* Split text into pieces (ps is reused across calls).  0, MOE_ENOMEM or
+ * MOE_ERANGE (a regex limit). */
+int moe_pretok_run(const moe_pretok *p, const char *text, size_t len, moe_pieces *ps);
+void moe_pretok_free(moe_pretok *p);
+/* The documented Oniguruma -> PCRE2 translation (class intersections,
+ * \h); *out malloc'd.  0 or MOE_ENOMEM. */
+int moe_regex_translate(const char *re, char **out);
+/* Compile a pattern (regex, translated if PCRE2 refuses it as written, or a
+ * literal string) with UTF/UCP; *code is a pcre2_code. */
+int moe_regex_compile(const char *pat, bool literal, const char *what, void **code, bool *jit,
+		      moe_error *e);
+
+typedef struct moe_normalizer moe_normalizer;
+/* Compile a tokenizer.json "normalizer" (JSON text); *out is NULL when it
+ * does nothing.  With spm, Prepend and Replace(' ') are left to the
+ * SentencePiece encoder.  0, MOE_EFORMAT, MOE_EUNSUPPORTED or MOE_ENOMEM. */
+int moe_normalizer_from_json(moe_normalizer **out, const char *json, bool spm, moe_error *e);
+/* Normalize text into *out (replaced; NUL-terminated).  0 or MOE_ENOMEM. */
+int moe_normalizer_run(const moe_normalizer *nm, const char *text, size_t len, moe_sbuf *out);
+void moe_normalizer_free(moe_normalizer *nm);
 
 /* ---------------------------------------------------------------- tokenizer */
 
@@ -104,6 +144,8 @@ struct moe_tokenizer {
 	int32_t special[MOE_SPECIAL_COUNT];
 	bool add_bos, add_eos, add_space_prefix, ignore_merges;
 	char *chat_template;
+	uint32_t n_named;        /* named chat templates */
+	char **named_names, **named_texts;
 	uint8_t *eog;            /* [n_tokens] bool */
 	moe_strmap tok_map;      /* token string -> id (last id wins) */
 
@@ -129,6 +171,12 @@ struct moe_tokenizer {
 	moe_bpe_pair *pairs;     /* hash (left, right) -> (rank, result) */
 	uint32_t pair_mask;
 	moe_pre_re *re;          /* compiled pre-tokenizer regexes */
+	moe_pretok *pretok;      /* pre-tokenizer from tokenizer.json (else re) */
+	/* Unigram / WordPiece */
+	uint32_t ugm_max_len;    /* longest token, bytes */
+	double ugm_unk_score;    /* min score - 10 */
+	bool ugm_byte_fallback;
+	moe_normalizer *norm;    /* normalizer, or NULL */
 	uint32_t n_re;
 	moe_arena arena;         /* strings of entries that are not tokens */
 };
@@ -145,6 +193,11 @@ int moe_spm_encode(const moe_tokenizer *t, const char *text, size_t len, bool sp
 		   moe_ids *out, moe_error *e);
 int moe_bpe_encode(const moe_tokenizer *t, const char *text, size_t len, moe_ids *out,
 		   moe_error *e);
+/* Unigram and WordPiece (unigram.c): build after the common tables;
+ * encode one raw fragment. */
+int moe_ugm_wpm_build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e);
+int moe_ugm_wpm_encode(const moe_tokenizer *t, const char *text, size_t len, moe_ids *out,
+		       moe_error *e);
 /* Build/free the BPE tables and regexes of t (from merges). */
 int moe_bpe_build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e);
 void moe_bpe_free(moe_tokenizer *t);

@@ -52,7 +52,16 @@ static int build_piece(const moe_tokenizer *t, uint32_t i, moe_sbuf *b)
 
 	if (is_special_type(type))
 		return moe_sbuf_add(b, s, n);
-	if (t->model == MOE_VOCAB_SPM) {
+	if (t->model == MOE_VOCAB_WPM) {
+		/* "##x" continues a word; any other piece starts one. */
+		if (type != MOE_TOKEN_NORMAL)
+			return 0;
+		if (n >= 2 && memcmp(s, "##", 2) == 0)
+			return moe_sbuf_add(b, s + 2, n - 2);
+		MOE_TRY(moe_sbuf_add(b, " ", 1));
+		return moe_sbuf_add(b, s, n);
+	}
+	if (t->model == MOE_VOCAB_SPM || t->model == MOE_VOCAB_UGM) {
 		if (type == MOE_TOKEN_NORMAL) {
 			for (size_t k = 0; k < n; k++) {
 				if (k + 3 <= n && memcmp(s + k, "\xE2\x96\x81", 3) == 0) {
@@ -199,7 +208,7 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 								"sep_id"};
 
 	if (vd->model != MOE_VOCAB_NONE && vd->model != MOE_VOCAB_SPM &&
-	    vd->model != MOE_VOCAB_BPE)
+	    vd->model != MOE_VOCAB_BPE && vd->model != MOE_VOCAB_UGM && vd->model != MOE_VOCAB_WPM)
 		return moe_err(e, MOE_EUNSUPPORTED, "vocabulary: unknown tokenizer model %d",
 			       (int)vd->model);
 	t->model = vd->model;
@@ -217,6 +226,18 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 	t->add_space_prefix = vd->add_space_prefix;
 	if (vd->chat_template && !(t->chat_template = strdup(vd->chat_template)))
 		return moe_err(e, MOE_ENOMEM, "out of memory (chat template)");
+	if (vd->n_chat_templates) {
+		t->named_names = calloc(vd->n_chat_templates, sizeof *t->named_names);
+		t->named_texts = calloc(vd->n_chat_templates, sizeof *t->named_texts);
+		if (!t->named_names || !t->named_texts)
+			return moe_err(e, MOE_ENOMEM, "out of memory (chat template)");
+		for (uint32_t i = 0; i < vd->n_chat_templates; i++, t->n_named++)
+			if (!(t->named_names[i] = strdup(vd->chat_template_names[i])) ||
+			    !(t->named_texts[i] = strdup(vd->chat_template_texts[i]))) {
+				free(t->named_names[i]);
+				return moe_err(e, MOE_ENOMEM, "out of memory (chat template)");
+			}
+	}
 	MOE_TRY(copy_vocab(t, vd, e));
 
 	/* Pieces, the end-of-turn set and the special-token matcher. */
@@ -245,7 +266,7 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 			t->eog[t->special[k]] = 1;
 	MOE_TRY(build_specials(t, e));
 
-	if (t->model == MOE_VOCAB_SPM) {
+	if (t->model == MOE_VOCAB_SPM || t->model == MOE_VOCAB_UGM) {
 		/* Byte fallback: <0xNN>, else the byte itself as a token. */
 		for (unsigned b = 0; b < 256; b++) {
 			char name[8];
@@ -259,7 +280,7 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 		}
 		/* Words may be merged separately unless some token joins a
 		 * character and a following U+2581 (see spm.c). */
-		t->spm_can_split = true;
+		t->spm_can_split = t->model == MOE_VOCAB_SPM;
 		for (uint32_t i = 0; i < t->n_tokens && t->spm_can_split; i++) {
 			const char *s = t->blob + t->off[i];
 			size_t n = t->off[i + 1] - t->off[i];
@@ -270,14 +291,20 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 					break;
 				}
 		}
+	}
+	if (t->model == MOE_VOCAB_UGM || t->model == MOE_VOCAB_WPM) {
+		MOE_TRY(moe_ugm_wpm_build(t, vd, e));
 	} else if (t->model == MOE_VOCAB_BPE) {
 		t->pre = moe_pre_find(vd->pre ? vd->pre : "default");
 		if (!t->pre)
 			return moe_err(e, MOE_EUNSUPPORTED,
 				       "vocabulary: unknown pre-tokenizer '%s'", vd->pre);
-		t->ignore_merges = t->pre->ignore_merges;
+		t->ignore_merges = vd->ignore_merges_set ? vd->ignore_merges : t->pre->ignore_merges;
 		MOE_TRY(moe_bpe_build(t, vd, e));
 	}
+	if (vd->normalizer && t->model != MOE_VOCAB_NONE)
+		MOE_TRY(moe_normalizer_from_json(&t->norm, vd->normalizer,
+						 t->model == MOE_VOCAB_SPM, e));
 	return 0;
 }
 
@@ -316,6 +343,9 @@ void moe_tokenizer_free(moe_tokenizer *t)
 		return;
 	if (t->model == MOE_VOCAB_BPE)
 		moe_bpe_free(t);
+	else
+		moe_pretok_free(t->pretok);
+	moe_normalizer_free(t->norm);
 	free(t->blob);
 	free(t->off);
 	free(t->scores);
@@ -325,6 +355,12 @@ void moe_tokenizer_free(moe_tokenizer *t)
 	free(t->poff);
 	free(t->eog);
 	free(t->chat_template);
+	for (uint32_t i = 0; i < t->n_named; i++) {
+		free(t->named_names[i]);
+		free(t->named_texts[i]);
+	}
+	free(t->named_names);
+	free(t->named_texts);
 	free(t->spec_ids);
 	free(t->spec_rank);
 	moe_strmap_free(&t->tok_map);
@@ -524,18 +560,33 @@ int moe_tokenizer_encode(const moe_tokenizer *t, const char *text, size_t len, b
 	 * special token (llama.cpp: "prefix with space if previous is
 	 * special"). */
 	bool prev_special = true;
+	moe_sbuf norm = {0};
 	for (size_t i = 0; rc == 0 && i < n_f; i++) {
+		const char *s = text + f[i].off;
+		size_t sl = f[i].len;
+		if (f[i].id < 0 && t->norm) {
+			/* The normalizer sees each piece between special
+			 * tokens, as HF's does. */
+			if ((rc = moe_normalizer_run(t->norm, s, sl, &norm)) < 0) {
+				rc = moe_err(e, rc, "out of memory (normalizer)");
+				break;
+			}
+			s = norm.p;
+			sl = norm.len;
+		}
 		if (f[i].id >= 0) {
 			rc = moe_ids_push(&out, f[i].id);
 			prev_special = true;
 		} else if (t->model == MOE_VOCAB_SPM) {
-			rc = moe_spm_encode(t, text + f[i].off, f[i].len,
-					    t->add_space_prefix && prev_special, &out, e);
+			rc = moe_spm_encode(t, s, sl, t->add_space_prefix && prev_special, &out, e);
 			prev_special = false;
+		} else if (t->model == MOE_VOCAB_BPE) {
+			rc = moe_bpe_encode(t, s, sl, &out, e);
 		} else {
-			rc = moe_bpe_encode(t, text + f[i].off, f[i].len, &out, e);
+			rc = moe_ugm_wpm_encode(t, s, sl, &out, e);
 		}
 	}
+	free(norm.p);
 	if (rc == 0 && add_special && t->add_eos)
 		rc = moe_ids_push(&out, t->special[MOE_SPECIAL_EOS]);
 	free(f);
@@ -609,4 +660,16 @@ const char *moe_tokenizer_piece(const moe_tokenizer *t, int32_t id, bool special
 const char *moe_tokenizer_chat_template(const moe_tokenizer *t)
 {
 	return t->chat_template;
+}
+
+const char *moe_tokenizer_chat_template_named(const moe_tokenizer *t, const char *name)
+{
+	if (!name)
+		return NULL;
+	for (uint32_t i = 0; i < t->n_named; i++)
+		if (strcmp(t->named_names[i], name) == 0)
+			return t->named_texts[i];
+	if (strcmp(name, "default") == 0)
+		return t->chat_template;
+	return NULL;
 }

@@ -9,7 +9,8 @@
 #include <jansson.h>
 #include <stdio.h>
 
-static const char *const model_names[] = {"none", "llama", "gpt2"};
+static const char *const model_names[] = {"none", "llama", "gpt2", "t5", "bert"};
+#define N_MODELS (sizeof model_names / sizeof model_names[0])
 
 int moe_vocab_model_from_name(const char *name)
 {
@@ -17,7 +18,7 @@ int moe_vocab_model_from_name(const char *name)
 		return -1;
 	if (strcmp(name, "no_vocab") == 0)
 		return MOE_VOCAB_NONE;
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < (int)N_MODELS; i++)
 		if (strcmp(name, model_names[i]) == 0)
 			return i;
 	return -1;
@@ -25,7 +26,7 @@ int moe_vocab_model_from_name(const char *name)
 
 const char *moe_vocab_model_name(moe_vocab_model m)
 {
-	return (unsigned)m < 3 ? model_names[m] : "?";
+	return (unsigned)m < N_MODELS ? model_names[m] : "?";
 }
 
 /* ------------------------------------------------------ defaults, fix-ups */
@@ -212,6 +213,9 @@ int moe_vocab_data_from_gguf(moe_vocab_data *vd, const moe_gguf *g, moe_arena *a
 	if (m < 0)
 		return moe_err(e, MOE_EUNSUPPORTED, "%s: tokenizer model '%s' is not supported "
 			       "(llama, gpt2 and none are)", g->name, model);
+	if (m == MOE_VOCAB_UGM || m == MOE_VOCAB_WPM)
+		return moe_err(e, MOE_EUNSUPPORTED, "%s: tokenizer model '%s' from GGUF is not "
+			       "supported (convert from tokenizer.json)", g->name, model);
 	vd->model = (moe_vocab_model)m;
 	rc = moe_gguf_get_str(g, "tokenizer.ggml.pre", &pre, e);
 	if (rc < 0 && rc != MOE_ENOTFOUND)
@@ -224,6 +228,10 @@ int moe_vocab_data_from_gguf(moe_vocab_data *vd, const moe_gguf *g, moe_arena *a
 			return moe_err(e, MOE_EUNSUPPORTED, "%s: unknown pre-tokenizer '%s' "
 				       "(tokenizer.ggml.pre)", g->name, pre);
 		pre = d->name;
+		/* GGUF has no normalizer field: the one these models'
+		 * tokenizer.json declares (qwen2: NFC), so a model behaves the
+		 * same whichever file it came from. */
+		vd->normalizer = d->normalizer;
 	} else {
 		pre = "default";
 	}
@@ -334,6 +342,37 @@ int moe_vocab_data_from_gguf(moe_vocab_data *vd, const moe_gguf *g, moe_arena *a
 	} else if (rc != MOE_ENOTFOUND) {
 		return rc;
 	}
+	/* Named templates: tokenizer.chat_template.NAME (e.g. tool_use). */
+	for (int pass = 0; pass < 2; pass++) {
+		uint32_t k = 0;
+		for (uint64_t i = 0; i < g->n_kv; i++) {
+			const char *key = g->kv[i].key;
+			static const char pfx[] = "tokenizer.chat_template.";
+			const char *s;
+			if (strncmp(key, pfx, sizeof pfx - 1) != 0 || !key[sizeof pfx - 1] ||
+			    moe_gguf_get_str(g, key, &s, NULL) < 0)
+				continue;
+			if (pass) {
+				const char *nm = key + sizeof pfx - 1;
+				((const char **)vd->chat_template_names)[k] =
+					moe_arena_strndup(a, nm, strlen(nm));
+				((const char **)vd->chat_template_texts)[k] =
+					moe_arena_strndup(a, s, strlen(s));
+				if (!vd->chat_template_names[k] || !vd->chat_template_texts[k])
+					return moe_err(e, MOE_ENOMEM, "%s: out of memory", g->name);
+			}
+			k++;
+		}
+		if (!pass) {
+			if (!k)
+				break;
+			vd->n_chat_templates = k;
+			vd->chat_template_names = moe_arena_alloc(a, k * sizeof(char *), sizeof(char *));
+			vd->chat_template_texts = moe_arena_alloc(a, k * sizeof(char *), sizeof(char *));
+			if (!vd->chat_template_names || !vd->chat_template_texts)
+				return moe_err(e, MOE_ENOMEM, "%s: out of memory", g->name);
+		}
+	}
 
 	moe_vocab_fixup(vd, types);
 
@@ -406,6 +445,24 @@ int moe_vocab_data_to_json(const moe_vocab_data *vd, json_t **out, moe_error *e)
 		bad |= json_object_set(o, "lstrip", ls);
 	if (!bad && json_array_size(rs))
 		bad |= json_object_set(o, "rstrip", rs);
+	/* The text pipeline (as tokenizer.json writes it) and named chat
+	 * templates. */
+	const char *pipe[2] = {vd->normalizer, vd->pre_tokenizer};
+	static const char *const pk[2] = {"normalizer", "pre_tokenizer"};
+	for (int k = 0; k < 2 && !bad; k++)
+		if (pipe[k]) {
+			json_t *v = json_loads(pipe[k], 0, NULL);
+			bad |= !v || json_object_set_new(o, pk[k], v);
+		}
+	if (vd->ignore_merges_set && !bad)
+		bad |= json_object_set_new(o, "ignore_merges", json_boolean(vd->ignore_merges));
+	if (vd->n_chat_templates && !bad) {
+		json_t *named = json_object();
+		for (uint32_t i = 0; named && i < vd->n_chat_templates; i++)
+			bad |= json_object_set_new(named, vd->chat_template_names[i],
+						   json_string(vd->chat_template_texts[i]));
+		bad |= !named || json_object_set_new(o, "chat_templates", named);
+	}
 	json_decref(ls);
 	json_decref(rs);
 	if (bad) {

@@ -76,6 +76,8 @@ static void walk_pre(json_t *p, hf_style *st)
 			walk_pre(v, st);
 	} else if (strcmp(type, "ByteLevel") == 0) {
 		st->bytelevel = true;
+		if (json_is_true(json_object_get(p, "add_prefix_space")))
+			st->regex_unknown = true; /* no named table has it */
 		json_t *ur = json_object_get(p, "use_regex");
 		if (!ur || json_is_true(ur))
 			add_regex(st, moe_pre_gpt2_regex());
@@ -189,6 +191,22 @@ static const char *template_edge(json_t *tp, bool first)
 	return jstr(json_object_get(el, "SpecialToken"), "id");
 }
 
+/* A token id: an integer, or a float with an integral value (some writers
+ * emit 5.0); -1 if neither or out of [0, HF_MAX_TOKENS). */
+static json_int_t id_of(json_t *v)
+{
+	double d;
+	if (json_is_integer(v))
+		d = (double)json_integer_value(v);
+	else if (json_is_real(v))
+		d = json_real_value(v);
+	else
+		return -1;
+	if (!(d >= 0 && d < HF_MAX_TOKENS) || d != (double)(json_int_t)d)
+		return -1;
+	return (json_int_t)d;
+}
+
 typedef struct hf_ctx {
 	const char **str; /* [n] token text (NULL: hole) */
 	size_t *len;
@@ -217,37 +235,59 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 
 	if (!json_is_object(model))
 		return moe_err(e, MOE_EFORMAT, "tokenizer.json: no \"model\" object");
-	if (mtype && strcmp(mtype, "BPE") != 0)
+	bool ugm = mtype && strcmp(mtype, "Unigram") == 0;
+	bool wpm = mtype && strcmp(mtype, "WordPiece") == 0;
+	if (mtype && strcmp(mtype, "BPE") != 0 && !ugm && !wpm)
 		return moe_err(e, MOE_EUNSUPPORTED, "tokenizer.json: model type '%s' is not "
-			       "supported (BPE is)", mtype);
-	if (!json_is_object(vocab))
-		return moe_err(e, MOE_EFORMAT, "tokenizer.json: model.vocab is not an object");
+			       "supported (BPE, Unigram and WordPiece are)", mtype);
+	if (ugm ? !json_is_array(vocab) : !json_is_object(vocab))
+		return moe_err(e, MOE_EFORMAT, "tokenizer.json: model.vocab is not an %s",
+			       ugm ? "array" : "object");
 	if (!mtype && !json_is_array(merges))
 		return moe_err(e, MOE_EUNSUPPORTED, "tokenizer.json: model without type or merges");
+	if (wpm) {
+		const char *pfx = jstr(model, "continuing_subword_prefix");
+		json_t *mx = json_object_get(model, "max_input_chars_per_word");
+		if ((pfx && strcmp(pfx, "##") != 0) ||
+		    (mx && (!json_is_integer(mx) || json_integer_value(mx) != 100)))
+			return moe_err(e, MOE_EUNSUPPORTED, "tokenizer.json: WordPiece with a prefix "
+				       "other than \"##\" or max_input_chars_per_word other than 100");
+	}
 
 	/* Size: the largest id + 1. */
 	json_int_t max = -1;
+	if (ugm) {
+		json_array_foreach(vocab, i, v) {
+			if (!json_is_array(v) || json_array_size(v) != 2 ||
+			    !json_is_string(json_array_get(v, 0)) ||
+			    !json_is_number(json_array_get(v, 1)))
+				return moe_err(e, MOE_EFORMAT, "tokenizer.json: model.vocab[%zu]: not "
+					       "[piece, score]", i);
+		}
+		if (json_array_size(vocab) >= HF_MAX_TOKENS)
+			return moe_err(e, MOE_ERANGE, "tokenizer.json: vocabulary too large");
+		max = (json_int_t)json_array_size(vocab) - 1;
+	}
+	if (!ugm)
 	json_object_foreach(vocab, key, v) {
-		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-		    json_integer_value(v) >= HF_MAX_TOKENS)
+		if (id_of(v) < 0)
 			return moe_err(e, MOE_EFORMAT, "tokenizer.json: model.vocab['%s']: bad id",
 				       key);
-		if (json_integer_value(v) > max)
-			max = json_integer_value(v);
+		if (id_of(v) > max)
+			max = id_of(v);
 	}
 	if (added && !json_is_array(added))
 		return moe_err(e, MOE_EFORMAT, "tokenizer.json: added_tokens is not an array");
 	json_array_foreach(added, i, v) {
 		json_t *id = json_object_get(v, "id");
-		if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-		    json_integer_value(id) >= HF_MAX_TOKENS ||
+		if (id_of(id) < 0 ||
 		    !json_is_string(json_object_get(v, "content")))
 			return moe_err(e, MOE_EFORMAT,
 				       "tokenizer.json: added_tokens[%zu]: bad id or "
 				       "content",
 				       i);
-		if (json_integer_value(id) > max)
-			max = json_integer_value(id);
+		if (id_of(id) > max)
+			max = id_of(id);
 	}
 	if (max < 0)
 		return moe_err(e, MOE_EFORMAT, "tokenizer.json: empty vocabulary");
@@ -270,16 +310,60 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 	json_t *dec = json_object_get(tj, "decoder");
 	if (json_is_object(dec))
 		walk_decoder(dec, &st);
-	if (st.bytelevel) {
+	if (ugm || wpm) {
+		/* The file's own pipeline, whatever it holds. */
+		vd->model = ugm ? MOE_VOCAB_UGM : MOE_VOCAB_WPM;
+		vd->pre = "default";
+		if (json_is_object(pre)) {
+			char *txt = json_dumps(pre, JSON_COMPACT);
+			moe_pretok *check = NULL;
+			if (!txt || !(vd->pre_tokenizer = moe_arena_strndup(a, txt, strlen(txt)))) {
+				free(txt);
+				return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
+			}
+			free(txt);
+			int rc = moe_pretok_from_json(&check, vd->pre_tokenizer, e);
+			moe_pretok_free(check);
+			if (rc < 0) {
+				moe_err_prefix(e, "tokenizer.json");
+				return rc;
+			}
+		}
+	} else if (st.bytelevel) {
 		vd->model = MOE_VOCAB_BPE;
+		/* The name is informational: the file's own pre-tokenizer
+		 * (stored below) is what runs. */
 		const char *name =
 			st.regex_unknown ? NULL : moe_pre_recognise(st.regex, st.n_regex);
-		if (!name) {
-			moe_log(MOE_LOG_WARN, "tokenizer.json: pre-tokenizer not recognised; using "
-				"'default' (tokenization may differ from the model's)");
-			name = "default";
+		vd->pre = name ? name : "default";
+		/* A pipeline that is exactly a named one (same regexes, all
+		 * Isolated) is stored by name, so the file is the same whether
+		 * the model came as GGUF or as tokenizer.json; any other is
+		 * stored as the file declares it. */
+		if (json_is_object(pre) && !name) {
+			char *txt = json_dumps(pre, JSON_COMPACT);
+			moe_pretok *check = NULL;
+			if (!txt || !(vd->pre_tokenizer = moe_arena_strndup(a, txt, strlen(txt)))) {
+				free(txt);
+				return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
+			}
+			free(txt);
+			/* Refuse now what the tokenizer could not build later. */
+			int rc = moe_pretok_from_json(&check, vd->pre_tokenizer, e);
+			moe_pretok_free(check);
+			if (rc < 0) {
+				moe_err_prefix(e, "tokenizer.json");
+				return rc;
+			}
+		} else if (!st.regex_unknown && st.n_regex == 0) {
+			vd->pre = "gpt-2"; /* ByteLevel decoder only */
 		}
-		vd->pre = name;
+		json_t *im = json_object_get(model, "ignore_merges");
+		const moe_pre_def *def = name ? moe_pre_find(name) : NULL;
+		if (json_is_boolean(im) && (!def || def->ignore_merges != json_is_true(im))) {
+			vd->ignore_merges_set = true;
+			vd->ignore_merges = json_is_true(im);
+		}
 	} else if (st.spm || json_is_true(json_object_get(model, "byte_fallback"))) {
 		vd->model = MOE_VOCAB_SPM;
 		vd->pre = "default";
@@ -288,15 +372,52 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 			       "tokenizer.json: BPE that is neither byte-level "
 			       "nor SentencePiece-style");
 	}
+	const moe_pre_def *ndef = vd->model == MOE_VOCAB_BPE ? moe_pre_find(vd->pre) : NULL;
+	json_t *dnorm = ndef && ndef->normalizer ? json_loads(ndef->normalizer, 0, NULL) : NULL;
+	bool same = dnorm && json_is_object(norm) && json_equal(dnorm, norm);
+	json_decref(dnorm);
+	if (same && !vd->pre_tokenizer) {
+		vd->normalizer = ndef->normalizer; /* the named table's spelling */
+	} else if (json_is_object(norm)) {
+		char *txt = json_dumps(norm, JSON_COMPACT);
+		moe_normalizer *check = NULL;
+		if (!txt || !(vd->normalizer = moe_arena_strndup(a, txt, strlen(txt)))) {
+			free(txt);
+			return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
+		}
+		free(txt);
+		int rc = moe_normalizer_from_json(&check, vd->normalizer, vd->model == MOE_VOCAB_SPM,
+						  e);
+		moe_normalizer_free(check);
+		if (rc < 0) {
+			moe_err_prefix(e, "tokenizer.json");
+			return rc;
+		}
+		if (!check)
+			vd->normalizer = NULL; /* nothing left to do (SentencePiece) */
+	}
 
-	json_object_foreach(vocab, key, v) {
-		json_int_t id = json_integer_value(v);
-		c->str[id] = key;
-		c->len[id] = strlen(key);
-		c->type[id] = MOE_TOKEN_NORMAL;
+	float *uscores = NULL;
+	if (ugm) {
+		uscores = moe_arena_alloc(a, ((size_t)c->n + 1) * sizeof *uscores, sizeof *uscores);
+		if (!uscores)
+			return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
+		json_array_foreach(vocab, i, v) {
+			c->str[i] = json_string_value(json_array_get(v, 0));
+			c->len[i] = json_string_length(json_array_get(v, 0));
+			c->type[i] = MOE_TOKEN_NORMAL;
+			uscores[i] = (float)json_number_value(json_array_get(v, 1));
+		}
+	} else {
+		json_object_foreach(vocab, key, v) {
+			json_int_t id = id_of(v);
+			c->str[id] = key;
+			c->len[id] = strlen(key);
+			c->type[id] = MOE_TOKEN_NORMAL;
+		}
 	}
 	json_array_foreach(added, i, v) {
-		json_int_t id = json_integer_value(json_object_get(v, "id"));
+		json_int_t id = id_of(json_object_get(v, "id"));
 		json_t *content = json_object_get(v, "content");
 		c->str[id] = json_string_value(content);
 		c->len[id] = json_string_length(content);
@@ -315,8 +436,9 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 				return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
 			c->len[k] = (size_t)l;
 			c->type[k] = MOE_TOKEN_UNUSED;
-		} else if (vd->model == MOE_VOCAB_SPM && c->type[k] == MOE_TOKEN_NORMAL &&
-			   is_byte_token(c->str[k], c->len[k])) {
+		} else if ((vd->model == MOE_VOCAB_SPM ||
+			    (ugm && json_is_true(json_object_get(model, "byte_fallback")))) &&
+			   c->type[k] == MOE_TOKEN_NORMAL && is_byte_token(c->str[k], c->len[k])) {
 			c->type[k] = MOE_TOKEN_BYTE;
 		}
 	}
@@ -433,7 +555,7 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 		vd->n_merges = 0;
 		vd->merges = "";
 		vd->merge_offsets = moff;
-		vd->scores = scores;
+		vd->scores = ugm ? uscores : scores;
 	}
 
 	/* Settings: model defaults, then what the files say. */
@@ -443,6 +565,14 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 	else if (vd->model == MOE_VOCAB_SPM && st.spm)
 		vd->add_space_prefix = false; /* Replace without Prepend */
 	int32_t id;
+	json_t *uid = json_object_get(model, "unk_id");
+	if (ugm && id_of(uid) >= 0 && id_of(uid) < (json_int_t)c->n)
+		unk = c->str[id_of(uid)];
+	if (ugm || wpm) {
+		/* Metaspace/WordPiece decoders put a space before words; the
+		 * detokeniser drops the first (MOE_DETOK_STRIP_SPACE). */
+		vd->add_space_prefix = true;
+	}
 	if (unk && (id = lookup(c, unk)) >= 0) {
 		vd->unk_id = id;
 		if (c->type[id] == MOE_TOKEN_CONTROL || c->type[id] == MOE_TOKEN_NORMAL)
@@ -481,13 +611,29 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 	if (json_is_string(ct)) {
 		tmpl = json_string_value(ct);
 	} else if (json_is_array(ct)) {
-		/* Named templates: "default" or the first. */
+		/* Named templates: "default" (or the first) is the template; all
+		 * are kept by name ("tool_use", "rag", ...). */
+		size_t nn = json_array_size(ct), k = 0;
+		const char **names = moe_arena_alloc(a, (nn + 1) * sizeof *names, sizeof(void *));
+		const char **texts = moe_arena_alloc(a, (nn + 1) * sizeof *texts, sizeof(void *));
+		if (!names || !texts)
+			return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
 		json_array_foreach(ct, i, v) {
-			const char *t = jstr(v, "template");
-			if (t && (!tmpl ||
-				  strcmp(jstr(v, "name") ? jstr(v, "name") : "", "default") == 0))
+			const char *t = jstr(v, "template"), *tname = jstr(v, "name");
+			if (t && (!tmpl || strcmp(tname ? tname : "", "default") == 0))
 				tmpl = t;
+			if (t && tname && strcmp(tname, "default") != 0) {
+				names[k] = tname;
+				texts[k++] = t;
+			}
 		}
+		for (size_t j = 0; j < k; j++)
+			if (!(names[j] = moe_arena_strndup(a, names[j], strlen(names[j]))) ||
+			    !(texts[j] = moe_arena_strndup(a, texts[j], strlen(texts[j]))))
+				return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
+		vd->n_chat_templates = (uint32_t)k;
+		vd->chat_template_names = names;
+		vd->chat_template_texts = texts;
 	}
 	if (tmpl && !(vd->chat_template = moe_arena_strndup(a, tmpl, strlen(tmpl))))
 		return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
@@ -495,6 +641,53 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 		return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
 	moe_vocab_fixup(vd, c->type);
 	return 0;
+}
+
+/* json_loads, but integers beyond 64 bits (Python's int(1e30) in
+ * model_max_length, as many real tokenizer_config.json files hold) are read
+ * as floats: such values are never token ids, and every id is range-checked
+ * where it is used. */
+static json_t *load_lenient(const char *text, json_error_t *je)
+{
+	json_t *j = json_loads(text, JSON_ALLOW_NUL, je);
+	if (j || !strstr(je->text, "too big integer"))
+		return j;
+	moe_sbuf b = {0};
+	bool in_str = false;
+	int rc = moe_sbuf_reserve(&b, strlen(text) + 64);
+	for (const char *p = text; rc == 0 && *p; p++) {
+		if (in_str) {
+			if (*p == '\\' && p[1])
+				rc |= moe_sbuf_add(&b, p++, 1);
+			else if (*p == '"')
+				in_str = false;
+			rc |= moe_sbuf_add(&b, p, 1);
+			continue;
+		}
+		if (*p == '"') {
+			in_str = true;
+			rc |= moe_sbuf_add(&b, p, 1);
+			continue;
+		}
+		if ((*p >= '0' && *p <= '9') || (*p == '-' && p[1] >= '0' && p[1] <= '9')) {
+			const char *q = p + (*p == '-');
+			while (*q >= '0' && *q <= '9')
+				q++;
+			rc |= moe_sbuf_add(&b, p, (size_t)(q - p));
+			/* a plain integer of 19+ digits becomes a real */
+			if ((size_t)(q - p) > 18 && *q != '.' && *q != 'e' && *q != 'E')
+				rc |= moe_sbuf_add(&b, ".0", 2);
+			p = q - 1;
+			continue;
+		}
+		rc |= moe_sbuf_add(&b, p, 1);
+	}
+	if (rc == 0) {
+		b.p[b.len] = '\0';
+		j = json_loads(b.p, JSON_ALLOW_NUL, je);
+	}
+	free(b.p);
+	return j;
 }
 
 int moe_vocab_data_from_hf(moe_vocab_data *vd, const char *tokenizer_json,
@@ -505,12 +698,12 @@ int moe_vocab_data_from_hf(moe_vocab_data *vd, const char *tokenizer_json,
 	hf_ctx c = {0};
 
 	memset(vd, 0, sizeof *vd);
-	tj = json_loads(tokenizer_json, JSON_ALLOW_NUL, &je);
+	tj = load_lenient(tokenizer_json, &je);
 	if (!tj)
 		return moe_err(e, MOE_EFORMAT, "tokenizer.json: %s (line %d, column %d)", je.text,
 			       je.line, je.column);
 	if (tokenizer_config_json) {
-		cfg = json_loads(tokenizer_config_json, JSON_ALLOW_NUL, &je);
+		cfg = load_lenient(tokenizer_config_json, &je);
 		if (!cfg) {
 			json_decref(tj);
 			return moe_err(e, MOE_EFORMAT,

@@ -176,7 +176,7 @@ static int read_meta(moe_vocab_data *vd, const moe_uth *u, json_t *root, moe_are
 	int m = moe_vocab_model_from_name(model);
 	if (m < 0)
 		return moe_err(e, MOE_EFORMAT, "%s: metadata tokenizer.model: '%s' is not llama, "
-			       "gpt2 or none", u->path, model ? model : "(missing)");
+			       "gpt2, t5, bert or none", u->path, model ? model : "(missing)");
 	vd->model = (moe_vocab_model)m;
 	const char *pre = json_string_value(json_object_get(o, "pre"));
 	if (!pre)
@@ -219,6 +219,60 @@ static int read_meta(moe_vocab_data *vd, const moe_uth *u, json_t *root, moe_are
 					       u->path, fk[k], i);
 			flags[json_integer_value(v)] |= k ? MOE_TOKEN_RSTRIP : MOE_TOKEN_LSTRIP;
 		}
+	}
+	/* Text pipeline from tokenizer.json (objects, kept as JSON text). */
+	static const char *const pk[2] = {"normalizer", "pre_tokenizer"};
+	for (int k = 0; k < 2; k++) {
+		json_t *v = json_object_get(o, pk[k]);
+		if (!v || json_is_null(v))
+			continue;
+		if (!json_is_object(v))
+			return moe_err(e, MOE_EFORMAT, "%s: metadata tokenizer.%s: not an object",
+				       u->path, pk[k]);
+		char *txt = json_dumps(v, JSON_COMPACT);
+		char *copy = txt ? moe_arena_strndup(a, txt, strlen(txt)) : NULL;
+		free(txt);
+		if (!copy)
+			return moe_err(e, MOE_ENOMEM, "%s: out of memory", u->path);
+		if (k)
+			vd->pre_tokenizer = copy;
+		else
+			vd->normalizer = copy;
+	}
+	json_t *im = json_object_get(o, "ignore_merges");
+	if (im) {
+		if (!json_is_boolean(im))
+			return moe_err(e, MOE_EFORMAT, "%s: metadata tokenizer.ignore_merges: not a "
+				       "boolean", u->path);
+		vd->ignore_merges_set = true;
+		vd->ignore_merges = json_is_true(im);
+	}
+	json_t *named = json_object_get(o, "chat_templates");
+	if (named && !json_is_object(named))
+		return moe_err(e, MOE_EFORMAT, "%s: metadata tokenizer.chat_templates: not an "
+			       "object", u->path);
+	if (named && json_object_size(named)) {
+		size_t nn = json_object_size(named), k = 0;
+		const char **names = moe_arena_alloc(a, nn * sizeof *names, sizeof(void *));
+		const char **texts = moe_arena_alloc(a, nn * sizeof *texts, sizeof(void *));
+		const char *key;
+		json_t *v;
+		if (!names || !texts)
+			return moe_err(e, MOE_ENOMEM, "%s: out of memory", u->path);
+		json_object_foreach(named, key, v) {
+			if (!json_is_string(v))
+				return moe_err(e, MOE_EFORMAT, "%s: metadata tokenizer.chat_templates."
+					       "%s: not a string", u->path, key);
+			names[k] = moe_arena_strndup(a, key, strlen(key));
+			texts[k] = moe_arena_strndup(a, json_string_value(v),
+						     json_string_length(v));
+			if (!names[k] || !texts[k])
+				return moe_err(e, MOE_ENOMEM, "%s: out of memory", u->path);
+			k++;
+		}
+		vd->n_chat_templates = (uint32_t)nn;
+		vd->chat_template_names = names;
+		vd->chat_template_texts = texts;
 	}
 	json_t *ct = json_object_get(root, "chat_template");
 	if (ct && json_is_string(ct)) {

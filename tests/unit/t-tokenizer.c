@@ -9,6 +9,11 @@
  * 4. Special tokens: parse_special, user-defined tokens, BOS/EOS.
  * 5. from_hf == from_gguf on tokenizer.json files made from the GGUF
  *    vocabularies (tests/unit/gguf-to-hf.py; skipped without python3).
+ * 6. Text pipelines as tokenizer.json declares them (normalizers and
+ *    pre-tokenizers of real models) on GPT-2's vocabulary reproduce the ids
+ *    of tests/golden/tokenizer/pipelines.json, computed by the independent
+ *    Python implementation in scripts/gen-tokenizer-vectors; they survive
+ *    a UTH round trip; the regex translation rule and bad pipelines.
  *
  * "t-tokenizer --bench [MB]" instead measures encoding throughput.
  */
@@ -835,6 +840,277 @@ static void test_pre_tokenizers(void)
 	ok(moe_pre_recognise(other, 1) == NULL, "an unknown regex is not recognised");
 }
 
+/* ------------------------------------------------------------ pipelines */
+
+static void test_pipelines(void)
+{
+	char path[4200];
+	size_t len;
+	snprintf(path, sizeof path, "%s/tests/golden/tokenizer/pipelines.json", srcdir);
+	char *text = slurp(path, &len);
+	json_t *root = text ? json_loads(text, 0, NULL) : NULL;
+	vocab v;
+	if (!root || vocab_open(&v, "gpt-2") < 0) {
+		ok(0, "pipelines.json and the gpt-2 vocabulary load");
+		free(text);
+		json_decref(root);
+		return;
+	}
+	size_t i;
+	json_t *p;
+	json_array_foreach(json_object_get(root, "pipelines"), i, p) {
+		const char *name = json_string_value(json_object_get(p, "name"));
+		json_t *jn = json_object_get(p, "normalizer"), *jp = json_object_get(p, "pre_tokenizer");
+		char *ns = json_is_null(jn) ? NULL : json_dumps(jn, JSON_COMPACT);
+		char *ps = json_is_null(jp) ? NULL : json_dumps(jp, JSON_COMPACT);
+		moe_vocab_data vd = v.vd;
+		vd.normalizer = ns;
+		vd.pre_tokenizer = ps;
+		vd.ignore_merges_set = true;
+		vd.ignore_merges = json_is_true(json_object_get(p, "ignore_merges"));
+		moe_tokenizer *t;
+		moe_error e = {0};
+		if (moe_tokenizer_from_data(&t, &vd, &e) < 0) {
+			ok(0, "%s: builds: %s", name, e.msg);
+			free(ns);
+			free(ps);
+			continue;
+		}
+		int n = 0, bad = 0;
+		size_t k;
+		json_t *c;
+		json_array_foreach(json_object_get(p, "cases"), k, c) {
+			const char *txt = json_string_value(json_object_get(c, "text"));
+			json_t *want = json_object_get(c, "ids");
+			int32_t *ids;
+			size_t nid;
+			n++;
+			if (moe_tokenizer_encode(t, txt, strlen(txt), false, false, &ids, &nid, &e) < 0) {
+				bad++;
+				continue;
+			}
+			bool same = nid == json_array_size(want);
+			for (size_t j = 0; same && j < nid; j++)
+				same = ids[j] == json_integer_value(json_array_get(want, j));
+			if (!same) {
+				char *g = format_ids(ids, nid);
+				tap_diag("%s: \"%s\"\n#   got %s", name, txt, g);
+				free(g);
+			}
+			bad += !same;
+			free(ids);
+		}
+		ok(n >= 10 && bad == 0, "pipeline %s: %d texts as the reference (%d differ)", name, n,
+		   bad);
+		moe_tokenizer_free(t);
+		free(ns);
+		free(ps);
+	}
+	/* The pipeline survives the UTH metadata: to_json, then read back. */
+	moe_vocab_data vd = v.vd;
+	vd.normalizer = "{\"type\":\"NFC\"}";
+	vd.pre_tokenizer = "{\"type\":\"ByteLevel\",\"add_prefix_space\":true}";
+	json_t *meta;
+	moe_error e = {0};
+	ok(moe_vocab_data_to_json(&vd, &meta, &e) == 0 &&
+	   json_is_object(json_object_get(meta, "normalizer")) &&
+	   json_is_object(json_object_get(meta, "pre_tokenizer")),
+	   "normalizer and pre_tokenizer are stored in the tokenizer metadata");
+	json_decref(meta);
+	/* Translation rule: class intersections and \h. */
+	char *tr;
+	ok(moe_regex_translate("[\\p{L}&&[^\\p{Han}]]+x", &tr) == 0 &&
+	   strcmp(tr, "(?:(?![\\p{Han}])[\\p{L}])+x") == 0, "[X&&[^Y]] becomes (?:(?![Y])[X])");
+	free(tr);
+	ok(moe_regex_translate("[a-z&&[aeiou]]\\h", &tr) == 0 &&
+	   strcmp(tr, "(?:(?=[aeiou])[a-z])[0-9A-Fa-f]") == 0, "[X&&[Y]] and \\h translated");
+	free(tr);
+	/* Kimi K2's split (class intersections) runs by name. */
+	moe_vocab_data kd = v.vd;
+	kd.pre = "kimi-k2";
+	moe_tokenizer *kt;
+	int rc = moe_tokenizer_from_data(&kt, &kd, &e);
+	ok(rc == 0, "kimi-k2's pre-tokenizer compiles through the translation rule");
+	if (rc == 0) {
+		int32_t *ids;
+		size_t nid;
+		/* Han runs split from other letters: "abc" + "中文" */
+		const char *s = "abc\xe4\xb8\xad\xe6\x96\x87";
+		rc = moe_tokenizer_encode(kt, s, strlen(s), false, false, &ids, &nid, &e);
+		size_t pl;
+		const char *p0 = rc == 0 && nid ? moe_tokenizer_piece(kt, ids[0], false, &pl) : NULL;
+		ok(rc == 0 && p0 && pl == 3 && memcmp(p0, "abc", 3) == 0,
+		   "kimi-k2: Latin letters end before Han characters");
+		if (rc == 0)
+			free(ids);
+		moe_tokenizer_free(kt);
+	}
+	/* Bad pipelines: errors naming what is wrong. */
+	static const char *const bad_pipes[] = {
+		"{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(unclosed\"},\"behavior\":\"Isolated\"}",
+		"{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"Sideways\"}",
+		"{\"type\":\"UnicodeScripts\"}",
+		"{\"type\":\"Sequence\"}",
+		"[1, 2]",
+		"{\"type\":\"Metaspace\",\"replacement\":\"\"}",
+	};
+	for (size_t b = 0; b < sizeof bad_pipes / sizeof bad_pipes[0]; b++) {
+		moe_vocab_data bd = v.vd;
+		bd.pre_tokenizer = bad_pipes[b];
+		moe_tokenizer *bt = NULL;
+		rc = moe_tokenizer_from_data(&bt, &bd, &e);
+		ok(rc < 0 && !bt, "bad pre_tokenizer %zu refused: %s", b, e.msg);
+	}
+	static const char *const bad_norms[] = {
+		"{\"type\":\"Precompiled2\"}",
+		"{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"[\"},\"content\":\"x\"}",
+		"{\"type\":\"Prepend\"}",
+	};
+	for (size_t b = 0; b < sizeof bad_norms / sizeof bad_norms[0]; b++) {
+		moe_vocab_data bd = v.vd;
+		bd.normalizer = bad_norms[b];
+		moe_tokenizer *bt = NULL;
+		rc = moe_tokenizer_from_data(&bt, &bd, &e);
+		ok(rc < 0 && !bt, "bad normalizer %zu refused: %s", b, e.msg);
+	}
+	vocab_close(&v);
+	json_decref(root);
+	free(text);
+}
+
+/* ------------------------------------------------- Unigram and WordPiece */
+
+/* tests/golden/tokenizer/{unigram,wordpiece}.json: a tokenizer.json and
+ * reference ids (sentencepiece's own encoder for Unigram; the WordPiece
+ * reference of scripts/gen-tokenizer-vectors). */
+static void test_model_vectors(const char *file, moe_vocab_model want_model)
+{
+	char path[4200];
+	size_t len;
+	snprintf(path, sizeof path, "%s/tests/golden/tokenizer/%s", srcdir, file);
+	char *text = slurp(path, &len);
+	json_t *root = text ? json_loads(text, 0, NULL) : NULL;
+	char *tj = root ? json_dumps(json_object_get(root, "tokenizer"), JSON_COMPACT) : NULL;
+	if (!tj) {
+		ok(0, "%s loads", file);
+		free(text);
+		json_decref(root);
+		return;
+	}
+	moe_arena a;
+	moe_vocab_data vd;
+	moe_error e = {0};
+	moe_tokenizer *t = NULL;
+	moe_arena_init(&a, 0);
+	int rc = moe_vocab_data_from_hf(&vd, tj, NULL, &a, &e);
+	if (rc == 0)
+		rc = moe_tokenizer_from_data(&t, &vd, &e);
+	ok(rc == 0 && vd.model == want_model, "%s: tokenizer.json read as model '%s': %s", file,
+	   moe_vocab_model_name(want_model), rc ? e.msg : "ok");
+	if (rc == 0) {
+		int n = 0, bad = 0, round = 0;
+		size_t k;
+		json_t *c;
+		json_array_foreach(json_object_get(root, "cases"), k, c) {
+			const char *txt = json_string_value(json_object_get(c, "text"));
+			json_t *want = json_object_get(c, "ids");
+			int32_t *ids;
+			size_t nid;
+			n++;
+			if (moe_tokenizer_encode(t, txt, strlen(txt), false, false, &ids, &nid, &e) < 0) {
+				tap_diag("%s: %s", file, e.msg);
+				bad++;
+				continue;
+			}
+			bool same = nid == json_array_size(want);
+			for (size_t j = 0; same && j < nid; j++)
+				same = ids[j] == json_integer_value(json_array_get(want, j));
+			if (!same) {
+				char *g = format_ids(ids, nid);
+				tap_diag("%s: \"%s\"\n#   got %s", file, txt, g);
+				free(g);
+			}
+			bad += !same;
+			/* Unigram decodes back to the text when nothing is unknown. */
+			char *back;
+			size_t bl;
+			bool has_unk = false;
+			for (size_t j = 0; j < nid; j++)
+				has_unk |= ids[j] == moe_tokenizer_special(t, MOE_SPECIAL_UNK);
+			if (want_model == MOE_VOCAB_UGM && !has_unk &&
+			    moe_tokenizer_decode(t, ids, nid, MOE_DETOK_STRIP_SPACE, &back, &bl, &e) == 0) {
+				round += bl == strlen(txt) && memcmp(back, txt, bl) == 0;
+				free(back);
+			} else {
+				round++;
+			}
+			free(ids);
+		}
+		ok(n >= 10 && bad == 0, "%s: %d texts give the reference ids (%d differ)", file, n,
+		   bad);
+		ok(round == n, "%s: decode(encode(x)) == x where no token is unknown", file);
+		/* ... and the same after a UTH metadata round trip of the model
+		 * name and pipeline. */
+		json_t *meta;
+		ok(moe_vocab_data_to_json(&vd, &meta, &e) == 0 &&
+		   strcmp(json_string_value(json_object_get(meta, "model")),
+			  moe_vocab_model_name(want_model)) == 0 &&
+		   (want_model != MOE_VOCAB_WPM || json_is_object(json_object_get(meta, "normalizer"))),
+		   "%s: model and pipeline in the UTH tokenizer metadata", file);
+		json_decref(meta);
+	}
+	moe_tokenizer_free(t);
+	moe_arena_free(&a);
+	free(tj);
+	free(text);
+	json_decref(root);
+}
+
+/* Real files: ids written as floats (5.0), a tokenizer_config.json with
+ * Python's int(1e30) in model_max_length; a non-integral id is refused. */
+static void test_real_json(void)
+{
+	char path[4200];
+	size_t len;
+	snprintf(path, sizeof path, "%s/tests/golden/tokenizer/wordpiece.json", srcdir);
+	char *text = slurp(path, &len);
+	json_t *root = text ? json_loads(text, 0, NULL) : NULL;
+	json_t *tj = root ? json_deep_copy(json_object_get(root, "tokenizer")) : NULL;
+	if (!tj) {
+		ok(0, "wordpiece.json loads");
+		free(text);
+		json_decref(root);
+		return;
+	}
+	json_t *jvocab = json_object_get(json_object_get(tj, "model"), "vocab");
+	const char *key;
+	json_t *v;
+	json_object_foreach(jvocab, key, v)
+		json_object_set_new(jvocab, key, json_real((double)json_integer_value(v)));
+	char *floats = json_dumps(tj, JSON_COMPACT);
+	const char *cfg = "{\"model_max_length\": 1000000000000000019884624838656, "
+			  "\"bos_token\": \"[CLS]\", \"add_bos_token\": true}";
+	moe_arena a;
+	moe_vocab_data vd;
+	moe_error e = {0};
+	moe_arena_init(&a, 0);
+	int rc = moe_vocab_data_from_hf(&vd, floats, cfg, &a, &e);
+	ok(rc == 0 && vd.bos_id == 2 && vd.add_bos,
+	   "float ids and model_max_length = int(1e30) are read: %s", rc ? e.msg : "ok");
+	moe_arena_free(&a);
+	json_object_set_new(jvocab, "[UNK]", json_real(1.5));
+	char *bad = json_dumps(tj, JSON_COMPACT);
+	moe_arena_init(&a, 0);
+	rc = moe_vocab_data_from_hf(&vd, bad, NULL, &a, &e);
+	ok(rc == MOE_EFORMAT && strstr(e.msg, "[UNK]"), "an id of 1.5 is refused: %s", e.msg);
+	moe_arena_free(&a);
+	free(bad);
+	free(floats);
+	json_decref(tj);
+	json_decref(root);
+	free(text);
+}
+
 /* ----------------------------------------------------------------- bench */
 
 /* Deterministic mixed text: English prose, code, numbers, whitespace runs,
@@ -1002,6 +1278,10 @@ int main(int argc, char **argv)
 	}
 	test_specials();
 	test_pre_tokenizers();
+	test_pipelines();
+	test_model_vectors("unigram.json", MOE_VOCAB_UGM);
+	test_model_vectors("wordpiece.json", MOE_VOCAB_WPM);
+	test_real_json();
 	for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++)
 		test_uth(vocabs[i]);
 	test_garbage();

@@ -1,0 +1,390 @@
+/* t-jinja.c — the Jinja2 chat-template interpreter against Python's jinja2.
+ *
+ * 1. Goldens: every (template, conversation) pair listed in
+ *    tests/golden/chat/render/MANIFEST renders byte for byte as Python's
+ *    jinja2 rendered it with transformers' settings (scripts/gen-chat-goldens,
+ *    run at test-generation time with Debian's python3-jinja2), or fails
+ *    where Python failed.  Templates: the published chat templates of
+ *    Qwen2.5, Qwen3, Llama 3.1/3.2, Mistral, Mixtral, DeepSeek-V3/R1,
+ *    gpt-oss (abridged), Phi-3.5, OLMoE and Granite 3.0/3.1.
+ * 2. Language details whose Python results are written out below.
+ * 3. Malformed and hostile templates give errors naming the line, never
+ *    hangs: unclosed blocks, infinite recursion, huge loops and outputs.
+ * 4. Timing of a 50-message conversation (reported, not asserted).
+ */
+#include <config.h>
+
+#include "tap.h"
+#include "text.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NOW 1741132800 /* the clock of scripts/gen-chat-goldens */
+
+static char *slurp(const char *top, const char *rel, size_t *len)
+{
+	char path[4096], *s;
+	moe_error e;
+	snprintf(path, sizeof path, "%s/%s", top, rel);
+	if (moe_read_file(path, 1 << 24, &s, len, &e) < 0) {
+		tap_diag("%s", e.msg);
+		return NULL;
+	}
+	return s;
+}
+
+/* The variables transformers passes (see scripts/gen-chat-goldens). */
+static json_t *make_vars(json_t *conv, json_t *tokens)
+{
+	json_t *v = json_object();
+	json_object_set(v, "messages", json_object_get(conv, "messages"));
+	json_t *tools = json_object_get(conv, "tools");
+	json_object_set_new(v, "tools", tools ? json_incref(tools) : json_null());
+	json_object_set_new(v, "documents", json_null());
+	json_object_set(v, "add_generation_prompt", json_object_get(conv, "add_generation_prompt"));
+	json_object_update(v, tokens);
+	json_t *extra = json_object_get(conv, "vars");
+	if (extra)
+		json_object_update(v, extra);
+	return v;
+}
+
+static int render(const char *tmpl, json_t *vars, char **out, moe_error *e)
+{
+	moe_jinja_opts o = {0};
+	size_t len;
+	o.use_now = true;
+	o.now = NOW;
+	int rc = moe_jinja_render(tmpl, strlen(tmpl), vars, &o, out, &len, e);
+	if (rc == 0 && strlen(*out) != len)
+		tap_diag("length mismatch");
+	return rc;
+}
+
+static void test_goldens(const char *top)
+{
+	size_t len;
+	char *man = slurp(top, "tests/golden/chat/render/MANIFEST", &len);
+	char *tok_text = slurp(top, "tests/golden/chat/templates/tokens.json", &len);
+	json_t *tokens = tok_text ? json_loads(tok_text, 0, NULL) : NULL;
+	ok(man && tokens, "golden manifest and tokens.json");
+	if (!man || !tokens)
+		return;
+	int n = 0;
+	for (char *line = strtok(man, "\n"); line; line = strtok(NULL, "\n")) {
+		char tmpl[128], conv[128], kind[8], rel[512];
+		if (line[0] == '#' || sscanf(line, "%127s %127s %7s", tmpl, conv, kind) != 3)
+			continue;
+		snprintf(rel, sizeof rel, "tests/golden/chat/templates/%s.jinja", tmpl);
+		char *src = slurp(top, rel, &len);
+		snprintf(rel, sizeof rel, "tests/golden/chat/conversations/%s.json", conv);
+		char *ctext = slurp(top, rel, &len);
+		snprintf(rel, sizeof rel, "tests/golden/chat/render/%s__%s.%s", tmpl, conv, kind);
+		char *want = slurp(top, rel, &len);
+		json_t *c = ctext ? json_loads(ctext, 0, NULL) : NULL;
+		if (!src || !c || !want) {
+			ok(0, "%s / %s: test data", tmpl, conv);
+			goto next;
+		}
+		json_t *vars = make_vars(c, json_object_get(tokens, tmpl));
+		char *got = NULL;
+		moe_error e = {0};
+		int rc = render(src, vars, &got, &e);
+		if (strcmp(kind, "txt") == 0) {
+			ok(rc == 0 && strcmp(got, want) == 0, "%s / %s equals Python's rendering", tmpl,
+			   conv);
+			if (rc < 0)
+				tap_diag("error: %s", e.msg);
+			else if (strcmp(got, want) != 0)
+				tap_diag("got:\n%s\n# want:\n%s", got, want);
+		} else {
+			ok(rc < 0, "%s / %s fails as in Python (%s)", tmpl, conv, rc < 0 ? e.msg : "");
+			tap_diag("python: %.*s", (int)strcspn(want, "\n"), want);
+		}
+		free(got);
+		json_decref(vars);
+		n++;
+	next:
+		json_decref(c);
+		free(src);
+		free(ctext);
+		free(want);
+	}
+	ok(n >= 100, "%d golden renderings checked", n);
+	json_decref(tokens);
+	free(man);
+	free(tok_text);
+}
+
+/* Small cases with Python jinja2's output (computed once with the
+ * environment of scripts/gen-chat-goldens; written here as facts). */
+static const struct {
+	const char *tmpl, *vars, *want;
+} cases[] = {
+	{"{{ 1.0 }} {{ 0.1 }} {{ 1e16 }} {{ 1.5e-7 }} {{ 3/2 }} {{ 7//2 }} {{ -7//2 }} {{ -7 % 3 }}",
+	 "{}", "1.0 0.1 1e+16 1.5e-07 1.5 3 -4 2"},
+	{"{{ [1, 'a', none, true, {'k': \"it's\"}] }} {{ (1,) }}", "{}",
+	 "[1, 'a', None, True, {'k': \"it's\"}] (1,)"},
+	{"  {% if x %}\n  yes\n  {% endif %}\n  {{ x }}  \n{# c #}\n   {%- if 1 %} a {% endif -%}  \n b",
+	 "{\"x\": true}", "  yes\n  True  \n a b"},
+	{"{% for m in ms %}{{ loop.index }}{{ loop.last }}{% endfor %}", "{\"ms\": [1, 2]}",
+	 "1False2True"},
+	{"{% set ns = namespace(a=0) %}{% for i in range(5) %}{% set ns.a = ns.a + i %}"
+	 "{% set b = i %}{% endfor %}{{ ns.a }}[{{ b }}]", "{}", "10[]"},
+	{"{{ x|tojson }}", "{\"x\": {\"b\": [1, 2.5, \"\\u00e9\\n\", null], \"a\": {}}}",
+	 "{\"b\": [1, 2.5, \"\xc3\xa9\\n\", null], \"a\": {}}"},
+	{"{{ x|tojson(indent=2) }}", "{\"x\": {\"a\": [1, []]}}",
+	 "{\n  \"a\": [\n    1,\n    []\n  ]\n}"},
+	{"{{ 'a b  c'.split() }} {{ 'h\xc3\xa9llo'[1:3] }} {{ 'h\xc3\xa9llo'|length }}", "{}",
+	 "['a', 'b', 'c'] \xc3\xa9l 5"},
+	{"{{ c.split('</think>')[-1].lstrip('\\n') }}", "{\"c\": \"<think>r</think>\\n\\nA\"}", "A"},
+	{"{% macro f(a, b='x') %}[{{ a }}-{{ b }}]{% endmacro %}{{ f(1) }}{{ f(2, b=3) }}", "{}",
+	 "[1-x][2-3]"},
+	{"{{ x is defined }}{{ y is defined }}{{ 3 is odd }}{{ 'a' in 'cat' }}{{ 1 not in [1] }}",
+	 "{\"x\": 1}", "TrueFalseTrueTrueFalse"},
+	{"{% for i in range(10) %}{% if i == 3 %}{% continue %}{% endif %}{% if i == 6 %}"
+	 "{% break %}{% endif %}{{ i }}{% endfor %}{% for i in [] %}x{% else %}E{% endfor %}",
+	 "{}", "01245E"},
+	{"{{ 'a\\nb\\n\\nc'|indent(2) }}", "{}", "a\n  b\n\n  c"},
+	{"{{ d.get('z', 5) }} {{ d.items()|list }} {{ d.zz }}|", "{\"d\": {\"a\": 1}}",
+	 "5 [('a', 1)] |"},
+	{"{{ ['it\\'s', 'a\"b', '\\x07'] }}", "{}", "[\"it's\", 'a\"b', '\\x07']"},
+	{"{{ strftime_now('%d %b %Y') }}", "{}", "05 Mar 2025"},
+	{"{{ 'x' ~ none ~ u ~ 1.5 }} {{ 'ab' * 2 }} {{ 'y' if 0 }}|", "{}", "xNone1.5 abab |"},
+	{"{% raw %}{{ x }}{% endraw %}", "{}", "{{ x }}"},
+	{"a\r\nb\n", "{}", "a\nb"},
+	{"{{ '%s=%d' % ('x', 3) }} {{ '%s!' % 'hi' }} {{ '100%%' % () }}", "{}", "x=3 hi! 100%"},
+};
+
+static void test_cases(void)
+{
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		json_t *vars = json_loads(cases[i].vars, 0, NULL);
+		char *got = NULL;
+		moe_error e = {0};
+		int rc = render(cases[i].tmpl, vars, &got, &e);
+		ok(rc == 0 && strcmp(got, cases[i].want) == 0, "case %zu renders as Python", i);
+		if (rc < 0)
+			tap_diag("error: %s", e.msg);
+		else if (strcmp(got, cases[i].want) != 0)
+			tap_diag("got  <%s>\n# want <%s>", got, cases[i].want);
+		free(got);
+		json_decref(vars);
+	}
+}
+
+/* Hostile or broken templates: an error that says what and where. */
+static const struct {
+	const char *tmpl;
+	int code;
+	const char *msg; /* substring of the message */
+} bad[] = {
+	{"{% if x %}\nopen", MOE_EFORMAT, "line 1: unexpected end of template"},
+	{"ok\n{% for x in y %}", MOE_EFORMAT, "line 2"},
+	{"{{ x ", MOE_EFORMAT, "not closed"},
+	{"{# comment", MOE_EFORMAT, "comment"},
+	{"{% endif %}", MOE_EFORMAT, "unexpected 'endif'"},
+	{"{% include 'x' %}", MOE_EFORMAT, "not allowed"},
+	{"{{ 1 + }}", MOE_EFORMAT, "expected an expression"},
+	{"a\nb\n{{ raise_exception('nope') }}", MOE_EINVAL, "line 3: raised: nope"},
+	{"{{ x.y }}", MOE_EINVAL, "'x' is undefined"},
+	{"{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", MOE_ERANGE, "recursion limit"},
+	{"{% for i in range(100000000) %}{% endfor %}", MOE_ERANGE, "range() too large"},
+	{"{% for i in range(200000) %}{% for j in range(10) %}{% endfor %}{% endfor %}",
+	 MOE_ERANGE, "iteration limit"},
+	{"{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}"
+	 "{% set ns.s = ns.s ~ ns.s %}{% endfor %}", MOE_ERANGE, "limit"},
+	{"{% for i in range(900000) %}{{ 'abcdefghijklmnopqrstuvwxyz0123456789' }}{% endfor %}",
+	 MOE_ERANGE, "output limit"},
+	{"{{ [].append(1) }}", MOE_EINVAL, "not allowed"},
+	{"{{ 1 // 0 }}", MOE_EINVAL, "division"},
+	{"\xff{{ 1 }}", MOE_EFORMAT, "UTF-8"},
+};
+
+static void test_bad(void)
+{
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char *got = NULL;
+		moe_error e = {0};
+		moe_jinja_opts o = {0};
+		size_t len;
+		o.max_output = 1 << 20;
+		int rc = moe_jinja_render(bad[i].tmpl, strlen(bad[i].tmpl), NULL, &o, &got, &len, &e);
+		ok(rc == bad[i].code && strstr(e.msg, bad[i].msg) && !got,
+		   "bad template %zu: %s (%s)", i, moe_strerror(bad[i].code), e.msg);
+		free(got);
+	}
+	/* Deep nesting is refused before it can exhaust the stack. */
+	char deep[1024] = "{{ ";
+	for (int i = 0; i < 300; i++)
+		strcat(deep, "(");
+	strcat(deep, "1");
+	for (int i = 0; i < 300; i++)
+		strcat(deep, ")");
+	strcat(deep, " }}");
+	char *got = NULL;
+	moe_error e = {0};
+	size_t len;
+	int rc = moe_jinja_render(deep, strlen(deep), NULL, NULL, &got, &len, &e);
+	ok(rc == MOE_EFORMAT && strstr(e.msg, "nested too deeply"), "300 nested parentheses: %s",
+	   e.msg);
+	free(got);
+}
+
+static void test_timing(const char *top)
+{
+	size_t len;
+	char *src = slurp(top, "tests/golden/chat/templates/qwen3.jinja", &len);
+	char *ctext = slurp(top, "tests/golden/chat/conversations/long50.json", &len);
+	json_t *c = ctext ? json_loads(ctext, 0, NULL) : NULL;
+	if (!src || !c) {
+		ok(0, "timing data");
+		return;
+	}
+	json_t *tok = json_pack("{s:s}", "eos_token", "<|im_end|>");
+	json_t *vars = make_vars(c, tok);
+	struct timespec a, b;
+	int reps = 200, fails = 0;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (int i = 0; i < reps; i++) {
+		char *out;
+		moe_error e;
+		fails += render(src, vars, &out, &e) < 0;
+		free(out);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double us = ((double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3) /
+		    reps;
+	ok(fails == 0, "qwen3 template, 50 messages: %.0f us per rendering (parse + render)", us);
+	json_decref(vars);
+	json_decref(tok);
+	json_decref(c);
+	free(src);
+	free(ctext);
+}
+
+/* moe_chat_apply: a tokenizer carrying the model's template and a named
+ * one; messages with tool calls and reasoning_content; tools; extra
+ * variables; the system prompt; errors; the fallback for syntax we lack. */
+static void test_apply(const char *top)
+{
+	size_t len;
+	char *qwen3 = slurp(top, "tests/golden/chat/templates/qwen3.jinja", &len);
+	char *ctext = slurp(top, "tests/golden/chat/conversations/tools.json", &len);
+	char *want = slurp(top, "tests/golden/chat/render/qwen3__tools.txt", &len);
+	char *tctext = slurp(top, "tests/golden/chat/conversations/thinking-off.json", &len);
+	char *twant = slurp(top, "tests/golden/chat/render/qwen3__thinking-off.txt", &len);
+	json_t *conv = ctext ? json_loads(ctext, 0, NULL) : NULL;
+	json_t *tconv = tctext ? json_loads(tctext, 0, NULL) : NULL;
+	if (!qwen3 || !conv || !want || !tconv || !twant) {
+		ok(0, "moe_chat_apply test data");
+		goto out;
+	}
+	static const uint32_t off0[1] = {0};
+	const char *names[1] = {"tool_use"};
+	const char *texts[1] = {"{{ tools | length }} tools, {{ messages | length }} messages"};
+	moe_vocab_data vd = {0};
+	vd.model = MOE_VOCAB_NONE;
+	vd.tokens = "";
+	vd.token_offsets = off0;
+	vd.bos_id = vd.eos_id = vd.eot_id = vd.eom_id = vd.unk_id = vd.pad_id = vd.sep_id = -1;
+	vd.chat_template = qwen3;
+	vd.n_chat_templates = 1;
+	vd.chat_template_names = names;
+	vd.chat_template_texts = texts;
+	moe_tokenizer *t;
+	moe_error e = {0};
+	if (moe_tokenizer_from_data(&t, &vd, &e) < 0) {
+		ok(0, "tokenizer with templates: %s", e.msg);
+		goto out;
+	}
+	moe_chat_opts o = {0};
+	moe_jinja_opts jo = {.use_now = true, .now = NOW};
+	o.tools = json_object_get(conv, "tools");
+	o.add_generation_prompt = true;
+	o.jinja = &jo;
+	char *out = NULL;
+	int rc = moe_chat_apply(t, json_object_get(conv, "messages"), &o, &out, &len, &e);
+	ok(rc == 0 && strcmp(out, want) == 0, "moe_chat_apply: the model's template with tool "
+	   "calls and tools equals Python's rendering%s%s", rc ? ": " : "", rc ? e.msg : "");
+	free(out);
+	o.tools = NULL;
+	o.vars = json_object_get(tconv, "vars");
+	rc = moe_chat_apply(t, json_object_get(tconv, "messages"), &o, &out, &len, &e);
+	ok(rc == 0 && strcmp(out, twant) == 0, "... reasoning_content and enable_thinking=false");
+	free(out);
+	o.vars = NULL;
+	o.template_name = "tool_use";
+	o.tools = json_object_get(conv, "tools");
+	rc = moe_chat_apply(t, json_object_get(conv, "messages"), &o, &out, &len, &e);
+	ok(rc == 0 && strcmp(out, "2 tools, 6 messages") == 0, "a named template (tool_use)");
+	free(out);
+	json_t *one = json_loads("[{\"role\": \"user\", \"content\": \"Hi\"}]", 0, NULL);
+	o.template_name = NULL;
+	o.tools = NULL;
+	o.system = "Be brief.";
+	rc = moe_chat_apply(t, one, &o, &out, &len, &e);
+	ok(rc == 0 && strcmp(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+				  "Hi<|im_end|>\n<|im_start|>assistant\n") == 0,
+	   "the system prompt becomes a system message");
+	free(out);
+	o.system = NULL;
+	o.template_name = "chatml";
+	rc = moe_chat_apply(t, one, &o, &out, &len, &e);
+	ok(rc == 0 && strcmp(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n") == 0,
+	   "a built-in format by name");
+	free(out);
+	o.template_name = "no-such-template";
+	rc = moe_chat_apply(t, one, &o, &out, &len, &e);
+	ok(rc == MOE_EINVAL && strstr(e.msg, "no-such-template") && strstr(e.msg, "tool_use"),
+	   "an unknown name is refused, listing the names: %s", e.msg);
+	o.template_name = "chatml";
+	o.tools = json_object_get(conv, "tools");
+	rc = moe_chat_apply(t, one, &o, &out, &len, &e);
+	ok(rc == MOE_EINVAL, "tools with a built-in format are refused: %s", e.msg);
+	json_t *norole = json_loads("[{\"content\": \"no role\"}]", 0, NULL);
+	o.template_name = NULL;
+	o.tools = NULL;
+	rc = moe_chat_apply(t, norole, &o, &out, &len, &e);
+	ok(rc == MOE_EINVAL && strstr(e.msg, "role"), "a message without a role: %s", e.msg);
+	json_decref(norole);
+	moe_tokenizer_free(t);
+	/* A template with syntax the interpreter lacks: the built-in format
+	 * it resembles, with a warning. */
+	vd.chat_template = "{% call foo() %}x{% endcall %}<|im_start|>";
+	vd.n_chat_templates = 0;
+	if (moe_tokenizer_from_data(&t, &vd, &e) == 0) {
+		rc = moe_chat_apply(t, one, &o, &out, &len, &e);
+		ok(rc == 0 && strncmp(out, "<|im_start|>user", 16) == 0,
+		   "an unsupported construct falls back to the built-in format");
+		free(out);
+		moe_tokenizer_free(t);
+	}
+	json_decref(one);
+out:
+	json_decref(conv);
+	json_decref(tconv);
+	free(qwen3);
+	free(ctext);
+	free(want);
+	free(tctext);
+	free(twant);
+}
+
+int main(void)
+{
+	const char *top = getenv("top_srcdir");
+	if (!top)
+		top = ".";
+	setenv("TZ", "UTC", 1);
+	tzset();
+	test_goldens(top);
+	test_cases();
+	test_bad();
+	test_apply(top);
+	test_timing(top);
+	return tap_done();
+}
