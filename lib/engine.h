@@ -8,7 +8,7 @@
  *   moe_engine *eng;  moe_engine_new(&eng, model, &(moe_engine_params){.kv_size = 8192}, &e);
  *   moe_sched *s;     moe_sched_new(&s, eng, &(moe_sched_params){.n_parallel = 4}, &e);
  *   moe_req *r;       moe_req_new(&r, eng, ids, n, &params, &callbacks, &e);
- *   moe_sched_submit(s, r);  ...more...
+ *   moe_sched_submit(s, r, &e);  ...more...
  *   moe_sched_run(s, &e);    // steps until every submitted request has finished
  *   moe_req_get_result(r)->finish ...; moe_req_free(r);
  * Text arrives through callbacks.text as it is produced (never half a UTF-8
