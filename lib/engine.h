@@ -266,6 +266,13 @@ typedef struct moe_req_input {
 int moe_req_parse(const char *text, size_t len, const moe_tokenizer *tok,
 		  const moe_req_defaults *d, moe_req_input *out, moe_error *e);
 void moe_req_input_free(moe_req_input *in);
+/* The same for a parsed JSON object (a reference is taken; the caller keeps
+ * its own), e.g. after the server has checked its nesting depth. */
+int moe_req_parse_json(json_t *req, const moe_tokenizer *tok, const moe_req_defaults *d,
+		       moe_req_input *out, moe_error *e);
+/* Only the sampling fields, "n_predict"/"max_tokens" and "stop" of obj,
+ * over what p holds, then moe_req_params_check (Ollama's "options"). */
+int moe_req_parse_params(const json_t *obj, moe_req_params *p, moe_error *e);
 /* The prompt text of a conversation, with the template named (NULL: the one
  * recognised from the model's) and the model's own BOS/EOS texts. */
 int moe_req_render_chat(const moe_tokenizer *tok, const moe_chat_msg *msgs, size_t n,
