@@ -17,6 +17,7 @@ typedef enum { K_CHAT, K_COMPLETION, K_OLLAMA_GENERATE, K_OLLAMA_CHAT } kind;
 
 /* One generation request's answer state (the stream's context). */
 typedef struct gen {
+	moe_serve *srv;
 	kind k;
 	slot *sl;
 	char model[160];
@@ -244,7 +245,8 @@ static bool fill(void *ctx, job *j, const char *text, size_t len, const lp_entry
 	if (done) {
 		if (j->res.finish == MOE_FINISH_ERROR || j->res.finish == MOE_FINISH_ABORT) {
 			if (j->res.finish == MOE_FINISH_ABORT)
-				snprintf(j->res.error.msg, sizeof j->res.error.msg, "request cancelled");
+				snprintf(j->res.error.msg, sizeof j->res.error.msg,
+					 "request cancelled (the server is shutting down)");
 			emit(out, olen, ocap, "data: ", openai_error_obj(j), "\n\n");
 		} else {
 			json_t *d = g->k == K_CHAT ? json_object() : json_string("");
@@ -428,8 +430,9 @@ static int ollama_normalise(gen *g, const json_t *body, json_t **out, moe_req_de
 	if (v && !json_is_string(v))
 		return moe_err(e, MOE_EINVAL, "prompt must be a string");
 	json_t *raw = json_object_get(body, "raw");
-	if (json_is_true(raw) || !moe_tokenizer_chat_template(g->sl->model->tok)) {
-		json_object_set(q, "prompt", v ? v : json_string(""));
+	if (!v || json_string_length(v) == 0 || json_is_true(raw) ||
+	    !moe_tokenizer_chat_template(g->sl->model->tok)) {
+		json_object_set_new(q, "prompt", v ? json_incref(v) : json_string(""));
 	} else {
 		/* Ollama applies the model's template to a prompt */
 		json_object_set_new(q, "messages", json_pack("[{s:s,s:O}]", "role", "user", "content", v));
@@ -437,11 +440,55 @@ static int ollama_normalise(gen *g, const json_t *body, json_t **out, moe_req_de
 	return 0;
 }
 
+/* Ollama's keep_alive: seconds (a number) or a duration ("10m", "1h",
+ * "500ms", "30s"); negative: forever. */
+static int keep_alive(http_req *r, slot *sl, moe_error *e)
+{
+	json_t *ka = json_object_get(r->body, "keep_alive");
+	double v;
+	if (!ka || json_is_null(ka))
+		return 0;
+	if (json_is_number(ka)) {
+		v = json_number_value(ka);
+	} else if (json_is_string(ka)) {
+		char *end;
+		v = strtod(json_string_value(ka), &end);
+		if (end == json_string_value(ka))
+			return moe_err(e, MOE_EINVAL, "keep_alive: not a duration");
+		if (strcmp(end, "h") == 0)
+			v *= 3600;
+		else if (strcmp(end, "m") == 0)
+			v *= 60;
+		else if (strcmp(end, "ms") == 0)
+			v *= 1e-3;
+		else if (*end && strcmp(end, "s") != 0)
+			return moe_err(e, MOE_EINVAL, "keep_alive: unknown unit '%s'", end);
+	} else {
+		return moe_err(e, MOE_EINVAL, "keep_alive must be a number or a duration string");
+	}
+	if (!isfinite(v))
+		return moe_err(e, MOE_EINVAL, "keep_alive must be finite");
+	pthread_mutex_lock(&r->srv->mu);
+	sl->keep_alive = v < 0 ? -1 : v;
+	pthread_mutex_unlock(&r->srv->mu);
+	return 0;
+}
+
 /* --------------------------------------------------------- generation */
+
+static void inflight(moe_serve *s, int d)
+{
+	pthread_mutex_lock(&s->mu);
+	s->n_inflight += d;
+	pthread_mutex_unlock(&s->mu);
+}
 
 static void gen_free(void *p)
 {
-	free(p);
+	gen *g = p;
+	moe_serve *s = g->srv;
+	free(g);
+	inflight(s, -1);
 }
 
 static enum MHD_Result generate(http_req *r, kind k)
@@ -452,6 +499,8 @@ static enum MHD_Result generate(http_req *r, kind k)
 	gen *g = calloc(1, sizeof *g);
 	if (!g)
 		return MHD_NO;
+	inflight(r->srv, 1);
+	g->srv = r->srv;
 	g->k = k;
 	g->t_start = moe_time_now();
 	g->created = time(NULL);
@@ -459,17 +508,19 @@ static enum MHD_Result generate(http_req *r, kind k)
 	moe_error e = {0};
 	json_t *mv = json_object_get(r->body, "model");
 	if (mv && !json_is_string(mv) && !json_is_null(mv)) {
-		free(g);
+		gen_free(g);
 		return ERR(r, ol, 400, "invalid_model", "model", "model must be a string");
 	}
 	int rc = slot_find(r->srv, json_string_value(mv), &g->sl, &e);
 	if (rc < 0) {
-		free(g);
+		gen_free(g);
 		return ERR(r, ol, rc == MOE_ENOTFOUND ? 404 : 400, "model_not_found", "model", "%s", e.msg);
 	}
 	if ((rc = slot_acquire(g->sl, &e)) < 0) {
-		free(g);
-		return ERR(r, ol, rc == MOE_ERANGE ? 503 : 500, NULL, NULL, "%s", e.msg);
+		/* a path a client named that does not load is the client's mistake */
+		unsigned st = rc == MOE_ERANGE ? 503 : g->sl->from_request ? 404 : 500;
+		gen_free(g);
+		return ERR(r, ol, st, NULL, "model", "%s", e.msg);
 	}
 	g->t_loaded = moe_time_now();
 	snprintf(g->model, sizeof g->model, "%s", mv && json_is_string(mv) ? json_string_value(mv)
@@ -488,6 +539,8 @@ static enum MHD_Result generate(http_req *r, kind k)
 	job *j = NULL;
 	unsigned status = 400;
 	rc = ol ? ollama_normalise(g, r->body, &q, &d, &e) : openai_normalise(g, r->body, &q, &param, &e);
+	if (rc == 0 && ol)
+		rc = keep_alive(r, g->sl, &e);
 	if (rc == 0 && k == K_OLLAMA_GENERATE && json_object_get(q, "prompt") &&
 	    json_string_length(json_object_get(q, "prompt")) == 0) {
 		/* Ollama: an empty prompt only loads the model */
@@ -498,7 +551,7 @@ static enum MHD_Result generate(http_req *r, kind k)
 								   "created_at", ts, "response", "", "done", 1,
 								   "done_reason", "load"));
 		slot_release(g->sl);
-		free(g);
+		gen_free(g);
 		return res;
 	}
 	if (rc == 0)
@@ -519,20 +572,6 @@ static enum MHD_Result generate(http_req *r, kind k)
 		j->params = in.params;
 		j->hold = json_incref(in.json);
 		j->top_logprobs = g->logprobs ? g->top_logprobs : -1;
-		if (ol && json_object_get(r->body, "keep_alive")) {
-			json_t *ka = json_object_get(r->body, "keep_alive");
-			pthread_mutex_lock(&r->srv->mu);
-			if (json_is_number(ka))
-				g->sl->keep_alive = json_number_value(ka);
-			else if (json_is_string(ka)) {
-				char *end;
-				double v = strtod(json_string_value(ka), &end);
-				double unit = *end == 'h' ? 3600 : *end == 'm' && end[1] != 's' ? 60
-					      : strcmp(end, "ms") == 0 ? 1e-3 : 1;
-				g->sl->keep_alive = v * unit;
-			}
-			pthread_mutex_unlock(&r->srv->mu);
-		}
 		rc = slot_submit(g->sl, j, &e);
 		if (rc < 0)
 			status = 503;
@@ -543,7 +582,7 @@ static enum MHD_Result generate(http_req *r, kind k)
 	if (rc < 0) {
 		job_unref(j);
 		slot_release(g->sl);
-		free(g);
+		gen_free(g);
 		return ERR(r, ol, status, status == 503 ? "server_busy" : NULL, param, "%s", e.msg);
 	}
 	if (g->stream)
@@ -553,7 +592,7 @@ static enum MHD_Result generate(http_req *r, kind k)
 		res = answer(r, g, j);
 	job_unref(j);
 	slot_release(g->sl);
-	free(g);
+	gen_free(g);
 	return res;
 }
 

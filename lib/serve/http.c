@@ -274,13 +274,24 @@ enum MHD_Result http_stream(http_req *r, job *j, const char *type, stream_fill_f
 			    void *ctx, void (*ctx_free)(void *))
 {
 	stream *st = calloc(1, sizeof *st);
-	if (!st)
-		return MHD_NO;
-	*st = (stream){.j = j, .fd = r->fd, .fill = fill, .ctx = ctx, .ctx_free = ctx_free};
-	struct MHD_Response *resp =
-		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+	struct MHD_Response *resp = NULL;
+	if (st) {
+		*st = (stream){.j = j, .fd = r->fd, .fill = fill, .ctx = ctx, .ctx_free = ctx_free};
+		resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st,
+							 stream_free);
+	}
 	if (!resp) {
+		/* what stream_free would have let go of */
 		free(st);
+		pthread_mutex_lock(&r->srv->mu);
+		j->cancel = true;
+		pthread_cond_signal(&j->sl->cv);
+		slot *sl = j->sl;
+		job_unref_locked(j);
+		pthread_mutex_unlock(&r->srv->mu);
+		slot_release(sl);
+		if (ctx_free)
+			ctx_free(ctx);
 		return MHD_NO;
 	}
 	MHD_add_response_header(resp, "Content-Type", type);
@@ -642,6 +653,16 @@ void moe_serve_stop(moe_serve *s)
 	if (s->unix_d)
 		MHD_quiesce_daemon(s->unix_d);
 	slot_stop_all(s);
+	/* let the connection threads send the ends of their answers (bounded) */
+	for (int i = 0; i < 500; i++) {
+		pthread_mutex_lock(&s->mu);
+		int n = s->n_inflight;
+		pthread_mutex_unlock(&s->mu);
+		if (n == 0)
+			break;
+		struct timespec ts = {0, 10000000L};
+		nanosleep(&ts, NULL);
+	}
 	if (s->tcp)
 		MHD_stop_daemon(s->tcp);
 	if (s->unix_d)

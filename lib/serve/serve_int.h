@@ -35,6 +35,7 @@ struct slot {
 	moe_model *model;      /* READY: read by connection threads holding `users` */
 	moe_engine *eng;       /* the scheduler thread's alone */
 	moe_sched *sched;
+	bool from_request;     /* a path from a request (--allow-paths) */
 	bool preload;          /* load now (the default model at start) */
 	int users;             /* connection threads using model/tokenizer */
 	job *inbox, *inbox_tail;
@@ -90,6 +91,7 @@ struct moe_serve {
 	slot *slots[SERVE_MAX_SLOTS];
 	int n_slots;
 	bool stopping;
+	int n_inflight;         /* generation requests not yet answered */
 	struct MHD_Daemon *tcp, *unix_d;
 	int tcp_fd, unix_fd, port;
 	bool loopback;         /* TCP bound to a loopback address: Host checked */

@@ -476,6 +476,7 @@ int slot_find(moe_serve *s, const char *name, slot **out, moe_error *e)
 	if (rc == 0) {
 		slot *sl = s->slots[s->n_slots - 1];
 		snprintf(sl->name, sizeof sl->name, "%.127s", name);
+		sl->from_request = true;
 		if ((rc = slot_start(sl, e)) < 0) {
 			s->n_slots--;
 			free(sl->path);
