@@ -672,6 +672,26 @@ def test_models():
     ok(srv.stop() == 0, "exit 0")
 
 
+def test_bench_endpoint():
+    bench = os.path.join(os.path.dirname(SERVE), "moe-bench")
+    path = os.path.join(TMP, "bench.sock")
+    srv = Server("--port", "0", "--host", "127.0.0.1", socket_path=path)
+    for url in ["http://127.0.0.1:%d" % srv.port, "unix:" + path]:
+        r = subprocess.run([bench, "--endpoint", url, "-p", "16", "-n", "8", "-np", "1,3", "-r", "2"],
+                           capture_output=True, timeout=120)
+        rows = [l.split("|")[1:-1] for l in r.stdout.decode().splitlines()[2:]]
+        good = r.returncode == 0 and len(rows) == 2 and all(
+            int(row[1]) == n and int(row[4]) == 2 * n and float(row[5]) > 0 and float(row[8]) > 0
+            for row, n in zip(rows, [1, 3]))
+        ok(good, "moe-bench --endpoint %s: rows for -np 1 and 3, every request counted"
+           % url.split(":")[0], r.stdout.decode() + r.stderr.decode())
+    srv.stop()
+    r = subprocess.run([bench, "--endpoint", "http://127.0.0.1:1", "-np", "1", "-r", "1"],
+                       capture_output=True, timeout=60)
+    ok(r.returncode == 1 and b"every request failed" in r.stderr, "moe-bench --endpoint: no "
+       "server -> exit 1 with the reason", r.stderr)
+
+
 def main():
     srv = Server("--idle-timeout", "2")
     try:
@@ -691,6 +711,7 @@ def main():
     test_sigterm_stream()
     test_keep_alive()
     test_models()
+    test_bench_endpoint()
     print("1..%d" % n_test)
     sys.exit(1 if n_fail else 0)
 
