@@ -93,6 +93,12 @@ typedef void (*moe_route_fn)(void *user, int layer, const int32_t *experts, cons
 			     int k);
 void moe_engine_set_route_callback(moe_engine *eng, moe_route_fn fn, void *user);
 
+/* Hidden states (embeddings): if set, called for every token of a step
+ * with its last hidden state after the output norm (n_embd floats, valid
+ * during the call), from the stepping thread.  Costs nothing unset. */
+typedef void (*moe_hidden_fn)(void *user, const moe_seq *s, int pos, const float *h, int n_embd);
+void moe_engine_set_hidden_callback(moe_engine *eng, moe_hidden_fn fn, void *user);
+
 /* Activation observer (an importance matrix): if set, called before every
  * product with a weight matrix with the rows that multiply it — x is
  * [n_rows x w->cols] floats, the exact values the kernels then quantise.

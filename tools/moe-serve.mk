@@ -7,4 +7,4 @@ tools_moe_serve_CPPFLAGS = $(AM_CPPFLAGS) -DMOE_PKGDATADIR='"$(pkgdatadir)"' \
 tools_moe_serve_LDADD = $(MOE_LIBS)
 dist_man_MANS += man/moe-serve.1
 TESTS += tests/cli/t0900-serve.sh
-EXTRA_DIST += tests/cli/t0900-serve.sh tests/cli/serve_client.py
+EXTRA_DIST += tests/cli/t0900-serve.sh tests/cli/serve_client.py tests/cli/serve_embed_ref.py

@@ -815,6 +815,171 @@ static enum MHD_Result metrics(http_req *r)
 	return rc;
 }
 
+/* --------------------------------------------------------- embeddings */
+
+typedef enum { EMB_OPENAI, EMB_OLLAMA, EMB_OLLAMA_OLD } emb_style;
+
+#define EMB_MAX_INPUTS 256
+
+static char *base64_floats(const float *v, int n)
+{
+	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t len = (size_t)n * 4;
+	unsigned char *b = malloc(len + 1);
+	char *out = malloc(4 * ((len + 2) / 3) + 1);
+	if (!b || !out) {
+		free(b);
+		free(out);
+		return NULL;
+	}
+	/* little-endian float32, whatever the host */
+	for (int i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &v[i], 4);
+		for (int k = 0; k < 4; k++)
+			b[4 * i + k] = (unsigned char)(u >> (8 * k));
+	}
+	size_t o = 0;
+	for (size_t i = 0; i < len; i += 3) {
+		uint32_t w = (uint32_t)b[i] << 16 | (i + 1 < len ? (uint32_t)b[i + 1] << 8 : 0) |
+			     (i + 2 < len ? b[i + 2] : 0);
+		out[o++] = tab[w >> 18 & 63];
+		out[o++] = tab[w >> 12 & 63];
+		out[o++] = i + 1 < len ? tab[w >> 6 & 63] : '=';
+		out[o++] = i + 2 < len ? tab[w & 63] : '=';
+	}
+	out[o] = 0;
+	free(b);
+	return out;
+}
+
+static enum MHD_Result embeddings(http_req *r, emb_style style)
+{
+	bool ol = style != EMB_OPENAI;
+	if (strcmp(r->method, "POST") != 0)
+		return ERR(r, ol, 405, "method_not_allowed", NULL, "use POST");
+	double t_start = moe_time_now();
+	json_t *in = json_object_get(r->body, style == EMB_OLLAMA_OLD ? "prompt" : "input");
+	const char *field = style == EMB_OLLAMA_OLD ? "prompt" : "input";
+	json_t *mv = json_object_get(r->body, "model");
+	const char *fmt = json_string_value(json_object_get(r->body, "encoding_format"));
+	if (mv && !json_is_string(mv) && !json_is_null(mv))
+		return ERR(r, ol, 400, NULL, "model", "model must be a string");
+	if (fmt && strcmp(fmt, "float") != 0 && strcmp(fmt, "base64") != 0)
+		return ERR(r, ol, 400, NULL, "encoding_format", "encoding_format must be \"float\" or \"base64\"");
+	if (json_object_get(r->body, "dimensions"))
+		return ERR(r, ol, 400, NULL, "dimensions", "dimensions is not supported (the model's own size only)");
+	/* the inputs: a string, or an array of strings */
+	json_t *inputs = json_is_string(in) ? json_pack("[O]", in) : json_incref(in);
+	size_t n_in = json_array_size(inputs), i;
+	json_t *v;
+	bool strings = json_is_array(inputs) && n_in > 0 && n_in <= EMB_MAX_INPUTS;
+	json_array_foreach(inputs, i, v)
+		strings = strings && json_is_string(v) && json_string_length(v) > 0;
+	if (!strings || (style == EMB_OLLAMA_OLD && !json_is_string(in))) {
+		json_decref(inputs);
+		return ERR(r, ol, 400, NULL, field, "%s must be a non-empty string%s", field,
+			   style == EMB_OLLAMA_OLD ? "" : " or an array of 1 to 256 of them");
+	}
+	moe_error e = {0};
+	slot *sl;
+	int rc = slot_find(r->srv, json_string_value(mv), &sl, &e);
+	if (rc < 0) {
+		json_decref(inputs);
+		return ERR(r, ol, rc == MOE_ENOTFOUND ? 404 : 400, "model_not_found", "model", "%s", e.msg);
+	}
+	if ((rc = slot_acquire(sl, &e)) < 0) {
+		json_decref(inputs);
+		return ERR(r, ol, rc == MOE_ERANGE ? 503 : sl->from_request ? 404 : 500, NULL, "model",
+			   "%s", e.msg);
+	}
+	double t_loaded = moe_time_now();
+	json_t *data = json_array();
+	size_t n_tokens = 0;
+	unsigned status = 0;
+	char msg[600] = "";
+	json_array_foreach(inputs, i, v) {
+		int32_t *ids = NULL;
+		size_t n = 0;
+		job *j = NULL;
+		rc = moe_req_tokenize(sl->model->tok, json_string_value(v), json_string_length(v), false,
+				      &ids, &n, &e);
+		if (rc == 0 && n >= (size_t)sl->n_ctx)
+			rc = moe_err(&e, MOE_ERANGE, "%s %zu has %zu tokens; the context holds %d", field, i,
+				     n, sl->n_ctx);
+		if (rc == 0 && !(j = job_new(sl)))
+			rc = moe_err(&e, MOE_ENOMEM, "out of memory");
+		if (rc < 0) {
+			free(ids);
+			status = rc == MOE_ENOMEM ? 500 : 400;
+			snprintf(msg, sizeof msg, "%s", e.msg);
+			break;
+		}
+		j->ids = ids;
+		j->n_ids = n;
+		j->embed = true;
+		if (slot_submit(sl, j, &e) < 0) {
+			job_unref(j);
+			status = 503;
+			snprintf(msg, sizeof msg, "%s", e.msg);
+			break;
+		}
+		if (!http_wait(r, j)) {
+			job_unref(j);
+			json_decref(data);
+			json_decref(inputs);
+			slot_release(sl);
+			return MHD_NO;
+		}
+		if (j->res.finish == MOE_FINISH_ERROR || !j->embedding) {
+			int c = j->res.error.code;
+			status = c == MOE_ERANGE ? 503 : c == MOE_EINVAL ? 400 : 500;
+			snprintf(msg, sizeof msg, "%s", j->res.error.msg);
+			job_unref(j);
+			break;
+		}
+		n_tokens += n;
+		json_t *vec;
+		if (fmt && strcmp(fmt, "base64") == 0) {
+			char *b64 = base64_floats(j->embedding, j->n_embd);
+			vec = b64 ? json_string(b64) : json_null();
+			free(b64);
+		} else {
+			vec = json_array();
+			for (int k = 0; k < j->n_embd; k++)
+				json_array_append_new(vec, json_real(j->embedding[k]));
+		}
+		if (style == EMB_OPENAI)
+			json_array_append_new(data, json_pack("{s:s,s:I,s:o}", "object", "embedding", "index",
+							      (json_int_t)i, "embedding", vec));
+		else
+			json_array_append_new(data, vec);
+		job_unref(j);
+	}
+	json_decref(inputs);
+	char name[160];
+	snprintf(name, sizeof name, "%s", mv && json_is_string(mv) ? json_string_value(mv) : sl->name);
+	slot_release(sl);
+	if (status) {
+		json_decref(data);
+		return ERR(r, ol, status, status == 503 ? "server_busy" : NULL, field, "%s", msg);
+	}
+	if (style == EMB_OPENAI)
+		return http_json(r, 200, json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data,
+						   "model", name, "usage", "prompt_tokens",
+						   (json_int_t)n_tokens, "total_tokens", (json_int_t)n_tokens));
+	if (style == EMB_OLLAMA_OLD) {
+		json_t *one = json_incref(json_array_get(data, 0));
+		json_decref(data);
+		return http_json(r, 200, json_pack("{s:o}", "embedding", one));
+	}
+	double now = moe_time_now();
+	return http_json(r, 200, json_pack("{s:s,s:o,s:I,s:I,s:I}", "model", name, "embeddings", data,
+					   "total_duration", (json_int_t)((now - t_start) * 1e9),
+					   "load_duration", (json_int_t)((t_loaded - t_start) * 1e9),
+					   "prompt_eval_count", (json_int_t)n_tokens));
+}
+
 /* ------------------------------------------------------------ routing */
 
 enum MHD_Result api_dispatch(http_req *r)
@@ -854,10 +1019,11 @@ enum MHD_Result api_dispatch(http_req *r)
 		return http_ollama_error(r, 501, "%s needs the model registry (moe-pull's library), "
 					 "which this build does not have yet", u);
 	if (strcmp(u, "/v1/embeddings") == 0)
-		return http_openai_error(r, 501, "not_implemented", NULL,
-					 "embeddings are not implemented yet");
-	if (strcmp(u, "/api/embed") == 0 || strcmp(u, "/api/embeddings") == 0)
-		return http_ollama_error(r, 501, "embeddings are not implemented yet");
+		return embeddings(r, EMB_OPENAI);
+	if (strcmp(u, "/api/embed") == 0)
+		return embeddings(r, EMB_OLLAMA);
+	if (strcmp(u, "/api/embeddings") == 0)
+		return embeddings(r, EMB_OLLAMA_OLD);
 	if (strcmp(u, "/") == 0 && get)
 		return http_text(r, 200, "text/plain", "moe-serve is running\n");
 	if (strncmp(u, "/api/", 5) == 0)

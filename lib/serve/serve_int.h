@@ -67,6 +67,9 @@ struct job {
 	moe_req_params params;
 	json_t *hold;          /* keeps the stop strings alive */
 	int top_logprobs;      /* -1: no logprobs */
+	bool embed;            /* an embedding: pooled hidden state, no generation */
+	float *embedding;      /* [n_embd], L2-normalised, when done */
+	int n_embd;
 	double t_created;
 	/* scheduler thread only */
 	moe_req *req;

@@ -37,6 +37,7 @@ void job_unref_locked(job *j)
 	free(j->ids);
 	free(j->text);
 	free(j->lps);
+	free(j->embedding);
 	json_decref(j->hold);
 	free(j);
 }
@@ -147,6 +148,62 @@ static void job_fail_locked(job *j, int code, const char *msg)
 	pthread_cond_broadcast(&j->cv);
 }
 
+/* ---------------------------------------------------------- embeddings */
+
+typedef struct pool {
+	const moe_seq *seq;
+	double *sum;  /* [n_embd] */
+	size_t n;
+} pool;
+
+static void on_hidden(void *user, const moe_seq *s, int pos, const float *h, int n_embd)
+{
+	(void)pos;
+	pool *p = user;
+	if (s != p->seq)
+		return;
+	for (int i = 0; i < n_embd; i++)
+		p->sum[i] += h[i];
+	p->n++;
+}
+
+/* The mean of the prompt's last hidden states (after the output norm),
+ * L2-normalised, computed on a sequence of its own between scheduler
+ * steps.  Runs on the scheduler thread. */
+static int embed(slot *sl, job *j, moe_error *e)
+{
+	int E = (int)sl->model->hp.n_embd;
+	moe_seq *sq;
+	pool p = {.sum = calloc((size_t)E, sizeof(double))};
+	float *out = malloc((size_t)E * sizeof *out);
+	int rc = p.sum && out ? moe_seq_new(&sq, sl->eng, e) : moe_err(e, MOE_ENOMEM, "out of memory");
+	if (rc == 0) {
+		p.seq = sq;
+		moe_engine_set_hidden_callback(sl->eng, on_hidden, &p);
+		rc = moe_seq_eval(sq, j->ids, j->n_ids, NULL, false, e);
+		moe_engine_set_hidden_callback(sl->eng, NULL, NULL);
+		moe_seq_free(sq);
+	}
+	if (rc == 0 && p.n != j->n_ids)
+		rc = moe_err(e, MOE_EINTERNAL, "embedding: %zu hidden states for %zu tokens", p.n, j->n_ids);
+	if (rc == 0) {
+		double norm = 0;
+		for (int i = 0; i < E; i++) {
+			p.sum[i] /= (double)p.n;
+			norm += p.sum[i] * p.sum[i];
+		}
+		norm = norm > 0 ? sqrt(norm) : 1;
+		for (int i = 0; i < E; i++)
+			out[i] = (float)(p.sum[i] / norm);
+		j->embedding = out;
+		j->n_embd = E;
+		out = NULL;
+	}
+	free(p.sum);
+	free(out);
+	return rc;
+}
+
 /* ------------------------------------------------------------- loading */
 
 static void unload(slot *sl)
@@ -231,6 +288,22 @@ static void *slot_main(void *arg)
 			if (!sl->inbox)
 				sl->inbox_tail = NULL;
 			moe_error e = {0};
+			if (j->embed) {
+				pthread_mutex_unlock(&s->mu);
+				double t0 = moe_time_now();
+				int rc = embed(sl, j, &e);
+				pthread_mutex_lock(&s->mu);
+				sl->n_jobs--;
+				j->res.n_prompt = j->n_ids;
+				j->res.t_prompt = moe_time_now() - t0;
+				s->n_tokens_in += j->n_ids;
+				if (rc < 0)
+					job_fail_locked(j, rc, e.msg);
+				j->done = true;
+				pthread_cond_broadcast(&j->cv);
+				job_unref_locked(j);
+				continue;
+			}
 			moe_req_callbacks cb = {.token = cb_token, .text = cb_text, .done = cb_done,
 						.user = j};
 			int rc = j->cancel ? moe_err(&e, MOE_EINVAL, "cancelled") :

@@ -6,7 +6,11 @@ talks to it with the standard library only (http.client for ordinary
 requests, raw sockets where the bytes on the wire matter), kills it at the
 end, and prints TAP.  Every wait is bounded.
 
-usage: serve_client.py MOE_SERVE MODEL MOE_RUN TMPDIR
+usage: serve_client.py MOE_SERVE MODEL MOE_RUN TMPDIR [REF_GGUF REF_UTH]
+
+With REF_GGUF/REF_UTH (a generated F32 model and its conversion), the
+embeddings are also checked against the numpy reference
+(serve_embed_ref.py).
 """
 import base64
 import http.client
@@ -21,6 +25,7 @@ import threading
 import time
 
 SERVE, MODEL, RUN, TMP = sys.argv[1:5]
+REF_GGUF, REF_UTH = (sys.argv[5:7] + [None, None])[:2]
 n_test = 0
 n_fail = 0
 
@@ -39,9 +44,9 @@ def ok(cond, name, diag=None):
 class Server:
     """A moe-serve process; port read from its 'listening on' line."""
 
-    def __init__(self, *args, socket_path=None):
+    def __init__(self, *args, socket_path=None, model=None):
         self.log = open(os.path.join(TMP, "serve-%d.log" % time.monotonic_ns()), "w+")
-        cmd = [SERVE, "-m", MODEL, "-t", "1"] + list(args)
+        cmd = [SERVE, "-m", model or MODEL, "-t", "1"] + list(args)
         if socket_path:
             cmd += ["--socket", socket_path]
         else:
@@ -254,8 +259,6 @@ def test_shapes(srv):
     ok(st == 501 and isinstance(j.get("error"), str), "/api/pull: 501 until the registry exists", j)
     st, j = srv.json("DELETE", "/api/delete", {"model": "x"})
     ok(st == 501, "/api/delete: 501 until the registry exists", j)
-    st, j = srv.json("POST", "/v1/embeddings", {"input": "x"})
-    ok(st == 501 and "error" in j, "/v1/embeddings: a clear 501 (not implemented)", j)
     st, j = srv.json("POST", "/tokenize", {"content": "Hello world"})
     ok(st == 200 and all(isinstance(t, int) for t in j["tokens"]), "/tokenize", j)
     st2, j2 = srv.json("POST", "/detokenize", {"tokens": j["tokens"]})
@@ -692,6 +695,58 @@ def test_bench_endpoint():
        "server -> exit 1 with the reason", r.stderr)
 
 
+def test_embeddings(srv):
+    st, j = srv.json("POST", "/v1/embeddings", {"input": ["In the beginning", "God created"]})
+    vecs = [d["embedding"] for d in j.get("data", [])] if st == 200 else []
+    ok(st == 200 and [d["index"] for d in j["data"]] == [0, 1] and j["object"] == "list" and
+       j["data"][0]["object"] == "embedding" and set(j["usage"]) == {"prompt_tokens", "total_tokens"},
+       "/v1/embeddings shape", str(j)[:300])
+    ok(vecs and all(abs(sum(x * x for x in v) - 1) < 1e-5 for v in vecs) and vecs[0] != vecs[1],
+       "embeddings are L2-normalised and differ by text", None)
+    st, one = srv.json("POST", "/v1/embeddings", {"input": "God created"})
+    ok(st == 200 and one["data"][0]["embedding"] == vecs[1], "an input alone = in a batch", None)
+    st, b = srv.json("POST", "/v1/embeddings", {"input": "God created", "encoding_format": "base64"})
+    raw = base64.b64decode(b["data"][0]["embedding"]) if st == 200 else b""
+    import struct
+    floats = list(struct.unpack("<%df" % (len(raw) // 4), raw))
+    ok(len(floats) == len(vecs[1]) and all(abs(a - c) <= 1e-7 * max(1, abs(c))
+                                           for a, c in zip(floats, vecs[1])),
+       "base64: little-endian float32 of the same vector", str(b)[:200])
+    st, o = srv.json("POST", "/api/embed", {"input": "God created"})
+    ok(st == 200 and o["embeddings"][0] == vecs[1] and o["prompt_eval_count"] > 0 and
+       isinstance(o["total_duration"], int), "/api/embed", str(o)[:200])
+    st, o = srv.json("POST", "/api/embeddings", {"prompt": "God created"})
+    ok(st == 200 and o["embedding"] == vecs[1], "/api/embeddings (the older one)", str(o)[:200])
+    for body, name in [({"input": ""}, "empty input"), ({"input": 5}, "a number"),
+                       ({"input": []}, "no inputs"), ({"input": ["a", 3]}, "a number in the list"),
+                       ({"input": "a", "encoding_format": "hex"}, "bad encoding_format"),
+                       ({"input": "a", "dimensions": 8}, "dimensions"),
+                       ({"input": "and the " * 400}, "input longer than the context")]:
+        st, j = srv.json("POST", "/v1/embeddings", body)
+        ok(st == 400 and "message" in j.get("error", {}), "embeddings: %s -> 400" % name, j)
+
+
+def test_embeddings_ref():
+    if not REF_GGUF:
+        return
+    srv = Server(model=REF_UTH)
+    text = "hello world and more"
+    st, ids = srv.json("POST", "/tokenize", {"content": text, "add_special": True})
+    st2, emb = srv.json("POST", "/v1/embeddings", {"input": text})
+    srv.stop()
+    with open(os.path.join(TMP, "ids.json"), "w") as f:
+        json.dump(ids, f)
+    with open(os.path.join(TMP, "emb.json"), "w") as f:
+        json.dump(emb, f)
+    r = subprocess.run([os.environ.get("PYTHON3", "/usr/bin/python3"),
+                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_embed_ref.py"),
+                        REF_GGUF, os.path.join(TMP, "ids.json"), os.path.join(TMP, "emb.json")],
+                       capture_output=True, timeout=300)
+    line = r.stdout.decode().strip()
+    ok(st == 200 and st2 == 200 and r.returncode == 0, line.split(" - ", 1)[-1] if line else
+       "embeddings against the reference", r.stdout.decode() + r.stderr.decode())
+
+
 def main():
     srv = Server("--idle-timeout", "2")
     try:
@@ -701,6 +756,7 @@ def main():
         test_concurrent(srv)
         test_abort(srv)
         test_hostile(srv)
+        test_embeddings(srv)
     finally:
         rc = srv.stop()
     ok(rc == 0, "exit 0 on SIGTERM", rc)
@@ -712,6 +768,7 @@ def main():
     test_keep_alive()
     test_models()
     test_bench_endpoint()
+    test_embeddings_ref()
     print("1..%d" % n_test)
     sys.exit(1 if n_fail else 0)
 

@@ -16,6 +16,10 @@
 #     UTF-8, NUL bytes, negative/huge max_tokens, n = 2, bad sampling values,
 #     100 MB bodies, Host attacks, a 200 kB header, garbage, slow headers)
 #     get the right 4xx or a closed connection, and the server still serves;
+#   - embeddings (/v1/embeddings float and base64, /api/embed,
+#     /api/embeddings): shapes, unit norm, batch = single, bad inputs; and
+#     on a generated F32 model the pooled hidden state equals the numpy
+#     reference's (tests/cli/serve_embed_ref.py);
 #   - a full queue answers 503 with Retry-After; --api-key(-file) with
 #     Bearer and X-Api-Key, /health exempt; --cors; the Unix socket (mode
 #     0700, removed at exit); SIGTERM during a stream exits 0; keep_alive
@@ -23,4 +27,10 @@
 . "$top_srcdir/tests/cli/lib.sh"
 MODEL="$top_srcdir/share/moe-demo.uth"
 [ -f "$MODEL" ] || skip_all "share/moe-demo.uth not found"
-exec "$PYTHON3" "$top_srcdir/tests/cli/serve_client.py" "$BIN/moe-serve" "$MODEL" "$BIN/moe-run" "$T"
+# a generated F32 model for the embeddings' reference check
+"$PYTHON3" "$top_srcdir/scripts/gen-model" --arch llama --shape tiny --type f32 --vocab synthetic \
+	--format gguf --out "$T/ref" >/dev/null 2>&1 &&
+	"$BIN/moe-convert" "$T/ref.gguf" "$T/ref.uth" >/dev/null 2>&1 ||
+	{ echo "not ok 1 - generate the reference model"; echo "1..1"; exit 1; }
+"$PYTHON3" "$top_srcdir/tests/cli/serve_client.py" "$BIN/moe-serve" "$MODEL" "$BIN/moe-run" "$T" \
+	"$T/ref.gguf" "$T/ref.uth"
