@@ -2,7 +2,9 @@
  * OpenAI-compatible server, as its users see them.  Each client is a
  * thread with its own libcurl handle that streams /v1/completions requests
  * one after the other (SSE, stream_options.include_usage, ignore_eos so
- * every request generates n_predict tokens); the time to the first text
+ * every request generates n_predict tokens; each prompt starts with its
+ * client and round numbers, so none is served from a prompt cache); the
+ * time to the first text
  * event is the TTFT, the gap from there to the last text event over the
  * tokens in between (the usage chunk's count, so servers that send several
  * tokens per event are measured right) is the inter-token latency, and the
@@ -30,6 +32,7 @@ typedef struct client {
 	char *body;
 	struct curl_slist *headers;
 	one *runs;       /* [reps] */
+	int index;
 	pthread_t th;
 } client;
 
@@ -113,7 +116,29 @@ static void *client_main(void *arg)
 		if (c->socket_path)
 			curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->socket_path);
 		curl_easy_setopt(h, CURLOPT_HTTPHEADER, c->headers);
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, c->body);
+		/* a prompt of its own per request (client and round first), so that
+		 * no server can answer from a prompt cache what a first request
+		 * would have to compute */
+		char head[48];
+		snprintf(head, sizeof head, "%d %d:", c->index, r);
+		json_t *b = json_loads(c->body, 0, NULL);
+		char *text = malloc(strlen(head) + strlen(c->p->prompt) + 1);
+		char *bs = NULL;
+		if (b && text) {
+			strcpy(text, head);
+			strcat(text, c->p->prompt);
+			json_object_set_new(b, "prompt", json_string(text));
+			bs = json_dumps(b, JSON_COMPACT);
+		}
+		json_decref(b);
+		free(text);
+		if (!bs) {
+			o->error = true;
+			snprintf(o->err, sizeof o->err, "out of memory");
+			continue;
+		}
+		curl_easy_setopt(h, CURLOPT_COPYPOSTFIELDS, bs);
+		free(bs);
 		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
 		curl_easy_setopt(h, CURLOPT_WRITEDATA, o);
 		curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -168,7 +193,7 @@ int moe_bench_endpoint_run(const moe_endpoint_params *p, moe_endpoint_result *re
 		snprintf(url, sizeof url, "%.*s/completions", (int)bl, base);
 	else
 		snprintf(url, sizeof url, "%.*s/v1/completions", (int)bl, base);
-	json_t *body = json_pack("{s:s,s:i,s:b,s:{s:b},s:b,s:f}", "prompt", p->prompt, "max_tokens",
+	json_t *body = json_pack("{s:s,s:i,s:b,s:{s:b},s:b,s:f}", "prompt", "", "max_tokens",
 				 p->n_predict, "stream", 1, "stream_options", "include_usage", 1,
 				 "ignore_eos", 1, "temperature", 0.0);
 	if (body && p->model)
@@ -196,7 +221,7 @@ int moe_bench_endpoint_run(const moe_endpoint_params *p, moe_endpoint_result *re
 	double t0 = moe_time_now();
 	int started = 0;
 	for (int i = 0; i < p->n_clients; i++) {
-		cs[i] = (client){.p = p, .url = url, .socket_path = socket_path, .body = bs,
+		cs[i] = (client){.p = p, .index = i, .url = url, .socket_path = socket_path, .body = bs,
 				 .headers = hd, .runs = runs + (size_t)i * p->reps};
 		if (pthread_create(&cs[i].th, NULL, client_main, &cs[i]) != 0)
 			break;
