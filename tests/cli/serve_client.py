@@ -747,6 +747,64 @@ def test_embeddings_ref():
        "embeddings against the reference", r.stdout.decode() + r.stderr.decode())
 
 
+def test_limits_v6():
+    srv = Server("--max-connections", "2")
+    a = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    b = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    time.sleep(0.3)
+    resp = srv.raw(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    ok(status_of(resp) is None, "--max-connections 2: a third connection is closed", resp[:100])
+    a.close()
+    b.close()
+    time.sleep(0.3)
+    st, j = srv.json("GET", "/v1/models")
+    ok(st == 200, "served again once the others closed", j)
+    srv.stop()
+    try:
+        socket.create_connection(("::1", 9), timeout=1).close()
+        have_v6 = True
+    except ConnectionRefusedError:
+        have_v6 = True
+    except OSError:
+        have_v6 = False
+    if not have_v6:
+        ok(True, "--host ::1 # SKIP no IPv6 loopback")
+        return
+    log = open(os.path.join(TMP, "v6.log"), "w+")
+    p = subprocess.Popen([SERVE, "-m", MODEL, "-t", "1", "--host", "::1", "--port", "0"],
+                         stdout=subprocess.DEVNULL, stderr=log)
+    port = None
+    for _ in range(200):
+        log.seek(0)
+        m = re.search(r"listening on http://\[::1\]:(\d+)/", log.read())
+        if m:
+            port = int(m.group(1))
+            break
+        time.sleep(0.05)
+    st = None
+    for _ in range(100):
+        try:
+            c = http.client.HTTPConnection("::1", port, timeout=10)
+            c.request("GET", "/health")
+            st = c.getresponse().status
+            c.close()
+        except (OSError, TypeError):
+            st = None
+        if st == 200:
+            break
+        time.sleep(0.05)
+    c = http.client.HTTPConnection("::1", port, timeout=10)
+    c.request("GET", "/v1/models", headers={"Host": "[::1]:%d" % port})
+    ok(c.getresponse().status == 200, "--host ::1: served, Host [::1] accepted")
+    c.close()
+    c = http.client.HTTPConnection("::1", port, timeout=10)
+    c.request("GET", "/v1/models", headers={"Host": "evil.example"})
+    ok(c.getresponse().status == 403, "--host ::1: Host evil.example -> 403")
+    c.close()
+    p.send_signal(signal.SIGTERM)
+    ok(p.wait(timeout=20) == 0, "--host ::1: exit 0")
+
+
 def main():
     srv = Server("--idle-timeout", "2")
     try:
@@ -768,6 +826,7 @@ def main():
     test_keep_alive()
     test_models()
     test_bench_endpoint()
+    test_limits_v6()
     test_embeddings_ref()
     print("1..%d" % n_test)
     sys.exit(1 if n_fail else 0)
