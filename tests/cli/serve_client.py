@@ -128,11 +128,17 @@ class Server:
         if self.p.poll() is None:
             self.p.send_signal(sig)
         try:
-            return self.p.wait(timeout=20)
+            rc = self.p.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
-            return None
+            rc = None
+        # a sanitizer build reports here whatever the other checks missed
+        self.log.seek(0)
+        text = self.log.read()
+        if re.search(r"Sanitizer|runtime error:", text):
+            ok(False, "sanitizer report from moe-serve", text[-3000:])
+        return rc
 
 
 def mask(o):
