@@ -216,11 +216,11 @@ static bool fill(void *ctx, job *j, const char *text, size_t len, const lp_entry
 		if (len)
 			emit(out, olen, ocap, "", ollama_obj(g, text, len), "\n");
 		if (done) {
-			if (j->res.finish == MOE_FINISH_ERROR) {
-				emit(out, olen, ocap, "",
-				     json_pack("{s:s}", "error", j->res.error.msg[0] ? j->res.error.msg
-									      : "generation failed"),
-				     "\n");
+			if (j->res.finish == MOE_FINISH_ERROR || j->res.finish == MOE_FINISH_ABORT) {
+				const char *m = j->res.finish == MOE_FINISH_ABORT
+						? "request cancelled (the server is shutting down)"
+						: j->res.error.msg[0] ? j->res.error.msg : "generation failed";
+				emit(out, olen, ocap, "", json_pack("{s:s}", "error", m), "\n");
 				return true;
 			}
 			json_t *o = ollama_obj(g, "", 0);
@@ -269,6 +269,8 @@ static bool fill(void *ctx, job *j, const char *text, size_t len, const lp_entry
 static enum MHD_Result answer(http_req *r, gen *g, job *j)
 {
 	bool ol = is_ollama(g->k);
+	if (j->res.finish == MOE_FINISH_ABORT)
+		return ERR(r, ol, 503, "shutting_down", NULL, "request cancelled (the server is shutting down)");
 	if (j->res.finish == MOE_FINISH_ERROR) {
 		int c = j->res.error.code;
 		unsigned st = c == MOE_EINVAL || c == MOE_ERANGE ? 400 : 500;

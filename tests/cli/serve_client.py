@@ -755,11 +755,24 @@ def test_embeddings_ref():
 
 def test_limits_v6():
     srv = Server("--max-connections", "2")
+    time.sleep(0.5)  # the start-up health checks' connections wind down
     a = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
     b = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
     time.sleep(0.3)
     resp = srv.raw(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-    ok(status_of(resp) is None, "--max-connections 2: a third connection is closed", resp[:100])
+
+    def closed(sk):
+        sk.settimeout(0.5)
+        try:
+            return sk.recv(1) == b""
+        except socket.timeout:
+            return False
+        except OSError:
+            return True
+    # a server-side thread of an earlier connection may still count: then
+    # a or b is the one refused; never are all three served
+    refused = [status_of(resp) is None, closed(a), closed(b)]
+    ok(any(refused), "--max-connections 2: of three connections one is closed", (resp[:100], refused))
     a.close()
     b.close()
     time.sleep(0.3)
