@@ -386,4 +386,32 @@ typedef struct moe_ppl_row {
 } moe_ppl_row;
 int moe_ppl_report(FILE *f, moe_bench_format fmt, const moe_ppl_row *rows, size_t n, moe_error *e);
 
+/* ------------------------------------------------------------- endpoint */
+
+/* moe-bench --endpoint: n_clients threads each stream `reps` requests to
+ * an OpenAI-compatible server's /v1/completions (url "http://HOST:PORT",
+ * ".../v1", a full ".../v1/completions", or "unix:PATH" for a Unix socket),
+ * asking for n_predict tokens with ignore_eos and include_usage. */
+typedef struct moe_endpoint_params {
+	const char *url;
+	const char *model;    /* NULL: not sent (the server's default) */
+	const char *api_key;  /* NULL: none (sent as Authorization: Bearer) */
+	const char *prompt;
+	int n_predict, n_clients, reps;
+} moe_endpoint_params;
+
+typedef struct moe_endpoint_result {
+	int n_requests, n_failed;
+	char first_error[256];
+	moe_bench_summary ttft_ms;       /* request sent -> first text event */
+	moe_bench_summary itl_ms;        /* per request: (last - first text) / (tokens - 1) */
+	moe_bench_summary prompt_tokens; /* as the server counted them */
+	uint64_t n_tokens;               /* generated, all requests (usage counts) */
+	double wall_s, tokens_per_s;     /* aggregate: n_tokens / wall_s */
+} moe_endpoint_result;
+
+/* MOE_EINVAL for a bad URL or parameters, MOE_ENET when every request
+ * failed (first_error says why); single failures are counted. */
+int moe_bench_endpoint_run(const moe_endpoint_params *p, moe_endpoint_result *r, moe_error *e);
+
 #endif

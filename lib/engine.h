@@ -93,6 +93,12 @@ typedef void (*moe_route_fn)(void *user, int layer, const int32_t *experts, cons
 			     int k);
 void moe_engine_set_route_callback(moe_engine *eng, moe_route_fn fn, void *user);
 
+/* Hidden states (embeddings): if set, called for every token of a step
+ * with its last hidden state after the output norm (n_embd floats, valid
+ * during the call), from the stepping thread.  Costs nothing unset. */
+typedef void (*moe_hidden_fn)(void *user, const moe_seq *s, int pos, const float *h, int n_embd);
+void moe_engine_set_hidden_callback(moe_engine *eng, moe_hidden_fn fn, void *user);
+
 /* Activation observer (an importance matrix): if set, called before every
  * product with a weight matrix with the rows that multiply it — x is
  * [n_rows x w->cols] floats, the exact values the kernels then quantise.
@@ -266,6 +272,13 @@ typedef struct moe_req_input {
 int moe_req_parse(const char *text, size_t len, const moe_tokenizer *tok,
 		  const moe_req_defaults *d, moe_req_input *out, moe_error *e);
 void moe_req_input_free(moe_req_input *in);
+/* The same for a parsed JSON object (a reference is taken; the caller keeps
+ * its own), e.g. after the server has checked its nesting depth. */
+int moe_req_parse_json(json_t *req, const moe_tokenizer *tok, const moe_req_defaults *d,
+		       moe_req_input *out, moe_error *e);
+/* Only the sampling fields, "n_predict"/"max_tokens" and "stop" of obj,
+ * over what p holds, then moe_req_params_check (Ollama's "options"). */
+int moe_req_parse_params(const json_t *obj, moe_req_params *p, moe_error *e);
 /* The prompt text of a conversation, with the template named (NULL: the one
  * recognised from the model's) and the model's own BOS/EOS texts. */
 int moe_req_render_chat(const moe_tokenizer *tok, const moe_chat_msg *msgs, size_t n,

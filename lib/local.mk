@@ -21,3 +21,4 @@ include lib/kernels.mk
 include lib/model.mk
 include lib/engine.mk
 include lib/bench.mk
+include lib/serve.mk

@@ -74,6 +74,9 @@ static void help(void)
 	       "      --kv-type=TYPE    KV cache type: f16 (default) or q8_0\n"
 	       "      --seed=N          seed of the random token ids (default 1)\n"
 	       "  -o, --output=FORMAT   md (default), csv, json or jsonl\n"
+	       "      --endpoint=URL    instead: TTFT, inter-token latency and tokens/s of an\n"
+	       "                        OpenAI-compatible server (http://HOST:PORT or unix:PATH)\n"
+	       "                        with -np streaming clients, -p, -n, -r, --model, --api-key\n"
 	       "      --stream-bw       measure the memory bandwidth first (STREAM triad, all\n"
 	       "                        threads); tg rows then show their share of it\n"
 	       "      --stream-mib=N    size of each of the three arrays (default 256)\n"
@@ -675,6 +678,64 @@ static int run_expert_gen(const bench_opts *o)
 	return 0;
 }
 
+/* --endpoint URL (lib/bench/endpoint.c): an OpenAI-compatible server's TTFT,
+ * inter-token latency and aggregate tokens/s with -np N streaming clients;
+ * its own options: -p N (prompt of about N tokens), -n N, -np LIST, -r N
+ * (requests per client), --model NAME, --api-key KEY. */
+static int run_endpoint(int argc, char **argv)
+{
+	moe_endpoint_params ep = {.n_predict = 128, .reps = 5};
+	int_list np = {.v = {1}, .n = 1};
+	int n_prompt = 512;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		const char *eq = strchr(a, '=');
+		if (strncmp(a, "--", 2) == 0 && eq) /* --opt=value */
+			v = eq + 1;
+		else if (!v)
+			usage_error("%s needs a value", a);
+		else
+			i++;
+		size_t al = eq && strncmp(a, "--", 2) == 0 ? (size_t)(eq - a) : strlen(a);
+#define IS(name) (al == strlen(name) && strncmp(a, name, al) == 0)
+		if (IS("--endpoint")) ep.url = v;
+		else if (IS("-p") || IS("--n-prompt")) n_prompt = (int)cli_parse_long("-p", v, 1, 1 << 20);
+		else if (IS("-n") || IS("--n-gen")) ep.n_predict = (int)cli_parse_long("-n", v, 1, 1 << 20);
+		else if (IS("-np") || IS("--parallel")) parse_list("-np", v, 1, 4096, &np);
+		else if (IS("-r") || IS("--repetitions")) ep.reps = (int)cli_parse_long("-r", v, 1, 100000);
+		else if (IS("--model") || IS("-m")) ep.model = v;
+		else if (IS("--api-key")) ep.api_key = v;
+		else usage_error("%s does not go with --endpoint", a);
+#undef IS
+	}
+	/* " the" is one token in SentencePiece and byte-level BPE vocabularies */
+	char *prompt = malloc((size_t)n_prompt * 4 + 1);
+	if (!prompt)
+		die("out of memory");
+	for (int i = 0; i < n_prompt; i++)
+		memcpy(prompt + 4 * i, " the", 4);
+	prompt[4 * n_prompt] = 0;
+	ep.prompt = prompt;
+	printf("| endpoint | clients | prompt tok | gen tok | requests | TTFT ms median | TTFT ms max "
+	       "| ITL ms median | tokens/s |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+	for (int i = 0; i < np.n; i++) {
+		moe_endpoint_result r;
+		moe_error e = {0};
+		ep.n_clients = np.v[i];
+		if (moe_bench_endpoint_run(&ep, &r, &e) < 0)
+			die_error(&e);
+		if (r.n_failed)
+			fprintf(stderr, "%s: %d of %d requests failed: %s\n", cli_prog(), r.n_failed,
+				r.n_requests, r.first_error);
+		printf("| %s | %d | %.0f | %d | %d | %.2f | %.2f | %.2f | %.2f |\n", ep.url, np.v[i],
+		       r.prompt_tokens.median, ep.n_predict, r.n_requests - r.n_failed,
+		       r.ttft_ms.median, r.ttft_ms.max, r.itl_ms.median, r.tokens_per_s);
+		fflush(stdout);
+	}
+	free(prompt);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	bench_opts o;
@@ -682,6 +743,9 @@ int main(int argc, char **argv)
 	char cpu[256];
 
 	cli_init(argv[0]);
+	for (int i = 1; i < argc; i++)
+		if (strncmp(argv[i], "--endpoint", 10) == 0)
+			return run_endpoint(argc, argv);
 	parse_args(argc, argv, &o);
 	env_init(&env, cpu, sizeof cpu);
 	if (o.ppl_file || o.kl_in)

@@ -195,6 +195,12 @@ void moe_engine_set_route_callback(moe_engine *eng, moe_route_fn fn, void *user)
 	eng->route_user = user;
 }
 
+void moe_engine_set_hidden_callback(moe_engine *eng, moe_hidden_fn fn, void *user)
+{
+	eng->hidden_fn = fn;
+	eng->hidden_user = user;
+}
+
 void moe_engine_set_observer(moe_engine *eng, moe_observe_fn fn, void *user)
 {
 	eng->observe_fn = fn;

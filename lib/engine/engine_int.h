@@ -91,6 +91,8 @@ struct moe_engine {
 	uint64_t step_mark;
 	moe_route_fn route_fn;
 	void *route_user;
+	moe_hidden_fn hidden_fn;  /* moe_engine_set_hidden_callback */
+	void *hidden_user;
 	moe_observe_fn observe_fn;
 	void *observe_user;
 };

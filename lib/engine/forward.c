@@ -617,6 +617,11 @@ int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
 		attention(eng, (int)il, B);
 		MOE_TRY(ffn(eng, (int)il, B, e));
 	}
+	if (eng->hidden_fn)
+		for (int t = 0; t < B; t++) {
+			rmsnorm(eng->xn, eng->x + (int64_t)t * E, m->out_norm, E, hp->norm_eps);
+			eng->hidden_fn(eng->hidden_user, st[t].seq, st[t].pos, eng->xn, (int)E);
+		}
 	int n = 0;
 	for (int t = 0; t < B; t++)
 		if (st[t].logits) {

@@ -187,18 +187,33 @@ static int parse_fields(const json_t *req, moe_req_params *p, moe_error *e)
 	return moe_req_params_check(p, e);
 }
 
+int moe_req_parse_params(const json_t *obj, moe_req_params *p, moe_error *e)
+{
+	if (!json_is_object(obj))
+		return moe_err(e, MOE_EINVAL, "a request must be a JSON object");
+	return parse_fields(obj, p, e);
+}
+
 int moe_req_parse(const char *text, size_t len, const moe_tokenizer *tok,
 		  const moe_req_defaults *d, moe_req_input *out, moe_error *e)
 {
 	memset(out, 0, sizeof *out);
 	json_error_t je;
 	json_t *req = json_loadb(text, len, 0, &je);
-	if (!json_is_object(req)) {
-		json_decref(req);
-		return req ? moe_err(e, MOE_EINVAL, "a request must be a JSON object")
-			   : moe_err(e, MOE_EINVAL, "invalid JSON: %s", je.text);
-	}
-	out->json = req;
+	if (!req)
+		return moe_err(e, MOE_EINVAL, "invalid JSON: %s", je.text);
+	int rc = moe_req_parse_json(req, tok, d, out, e);
+	json_decref(req);
+	return rc;
+}
+
+int moe_req_parse_json(json_t *req, const moe_tokenizer *tok, const moe_req_defaults *d,
+		       moe_req_input *out, moe_error *e)
+{
+	memset(out, 0, sizeof *out);
+	if (!json_is_object(req))
+		return moe_err(e, MOE_EINVAL, "a request must be a JSON object");
+	out->json = json_incref(req);
 	out->id = json_object_get(req, "id");
 	out->params = d->params;
 	int rc = parse_fields(req, &out->params, e);
