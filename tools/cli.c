@@ -1,5 +1,6 @@
 /* cli.c — shared helpers of the moe tools (see cli.h). */
 #include "cli.h"
+#include "registry.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -73,4 +74,13 @@ float cli_parse_float(const char *opt, const char *val, double min, double max)
 	if (errno || end == val || *end || !(v >= min && v <= max))
 		usage_error("invalid value '%s' for %s (expected %g..%g)", val, opt, min, max);
 	return (float)v;
+}
+
+char *cli_model(const char *arg)
+{
+	moe_error e = {0};
+	char *path;
+	if (moe_registry_resolve(arg, &path, &e) < 0)
+		die_error(&e);
+	return path;
 }

@@ -254,7 +254,7 @@ static void parse_args(int argc, char **argv, run_opts *o)
 			break;
 		case OPT_IGNORE_EOS: o->ignore_eos = true; break;
 		case OPT_VERBOSE: o->verbose = true; break;
-		case 'm': o->model = optarg; break;
+		case 'm': o->model = cli_model(optarg); break;
 		case 'p': o->prompt = optarg; break;
 		case 'f': o->file = optarg; break;
 		case OPT_TOKENIZE: m = MODE_TOKENIZE; break;
