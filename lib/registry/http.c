@@ -249,6 +249,10 @@ static int one_hop(CURL *h, const moe_http_cfg *cfg, const moe_http_req *q, cons
 		return moe_err(e, MOE_EIO, "%s: transfer stopped by the receiver", url);
 	if (cc == CURLE_WRITE_ERROR && r->status && !(r->status >= 200 && r->status < 300))
 		return 0; /* an error body we stopped reading */
+	if (cc == CURLE_OUT_OF_MEMORY)
+		/* libcurl refuses a single header line over its own limit */
+		return moe_err(e, MOE_EFORMAT, "%s: response headers larger than libcurl accepts (%s)",
+			       url, errbuf[0] ? errbuf : curl_easy_strerror(cc));
 	if (cc != CURLE_OK) {
 		if (q->cancel && *q->cancel)
 			return moe_err(e, MOE_EIO, "%s: cancelled", url);

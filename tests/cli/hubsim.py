@@ -28,7 +28,8 @@ Faults (--fault, repeatable), to test what a client does with bad answers:
   stall:N           CDN bodies stop after N bytes and then send nothing
   slow:BPS          CDN bodies at BPS bytes per second
   redirectloop      the CDN redirects every request to itself
-  hugeheader        resolve answers carry a 200 KB header
+  hugeheader        resolve answers carry 40 headers of 5000 bytes
+  giantheader       resolve answers carry one header of 200 KB
   lielen            the CDN announces 1000 bytes more than it sends
   badsize           X-Linked-Size is 10 bytes less than the file
   evilname:NAME     the listing also names NAME (e.g. ../x.gguf)
@@ -207,6 +208,9 @@ def make_handler(state, server_name, ports):
             if "nocommit" not in state.faults:
                 h["X-Repo-Commit"] = c
             if "hugeheader" in state.faults:
+                for i in range(40):
+                    h["X-Padding-%d" % i] = "x" * 5000
+            if "giantheader" in state.faults:
                 h["X-Padding"] = "x" * 200000
             if m["lfs"]:
                 size = m["size"] - (10 if "badsize" in state.faults else 0)
@@ -334,6 +338,8 @@ def main():
         for rel in state.files(repo):
             state.file_meta(repo, rel)
     ports = {}
+    # a client that hangs up (as the tests make it) is not news
+    ThreadingHTTPServer.handle_error = lambda self, request, addr: None
     ThreadingHTTPServer.daemon_threads = True
     ThreadingHTTPServer.request_queue_size = 64
     hub = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state, "hub", ports))
