@@ -203,12 +203,15 @@ static void print_json(json_t *j)
 static int cmd_list(bool json)
 {
 	moe_error e = {0};
-	moe_registry *r;
-	if (moe_registry_open(&r, false, &e) < 0)
+	moe_registry *r = NULL;
+	moe_registry_entry *v = NULL;
+	size_t n = 0;
+	/* read-only: listing works on a read-only store, and no store is an
+	 * empty list */
+	int rc = moe_registry_open(&r, true, &e);
+	if (rc < 0 && rc != MOE_ENOTFOUND)
 		die_error(&e);
-	moe_registry_entry *v;
-	size_t n;
-	if (moe_registry_list(r, &v, &n, &e) < 0)
+	if (r && moe_registry_list(r, &v, &n, &e) < 0)
 		die_error(&e);
 	if (json) {
 		json_t *a = json_array();
@@ -325,7 +328,7 @@ int main(int argc, char **argv)
 		if (!strcmp(cmd, "show")) {
 			if (nargs != 2)
 				usage_error("show takes one NAME");
-			if (moe_registry_open(&r, false, &e) < 0)
+			if (moe_registry_open(&r, true, &e) < 0)
 				die_error(&e);
 			moe_registry_entry en;
 			if (moe_registry_get(r, args[1], &en, &e) < 0)

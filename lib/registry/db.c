@@ -92,6 +92,11 @@ static int open_at(moe_registry **out, const char *store, bool readonly, moe_err
 	int rc = 0;
 	char models[4200];
 	snprintf(models, sizeof models, "%s/models", store);
+	struct stat sb;
+	if (readonly && stat(r->path, &sb) != 0) {
+		rc = moe_err(e, MOE_ENOTFOUND, "%s: no models pulled yet", r->path);
+		goto fail;
+	}
 	if (!readonly && (rc = moe_mkdir_p(models, e)) < 0)
 		goto fail;
 	int flags = (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
@@ -100,6 +105,26 @@ static int open_at(moe_registry **out, const char *store, bool readonly, moe_err
 	if (src != SQLITE_OK) {
 		rc = db_err(r, src, "open", e);
 		goto fail;
+	}
+	if (readonly && sqlite3_exec(r->db, "SELECT 1 FROM sqlite_master LIMIT 1", NULL, NULL, NULL) ==
+				SQLITE_CANTOPEN) {
+		/* A WAL database in a directory we cannot write (a read-only
+		 * store) has no -shm file to share: nobody can be writing it,
+		 * so read it as immutable. */
+		sqlite3_close(r->db);
+		r->db = NULL;
+		char uri[3 * sizeof r->path + 32] = "file:";
+		size_t k = 5;
+		for (const char *c = r->path; *c; c++)
+			k += (size_t)(*c == '%' || *c == '?' || *c == '#'
+					      ? sprintf(uri + k, "%%%02X", (unsigned char)*c)
+					      : sprintf(uri + k, "%c", *c));
+		strcpy(uri + k, "?immutable=1");
+		src = sqlite3_open_v2(uri, &r->db, flags | SQLITE_OPEN_URI, NULL);
+		if (src != SQLITE_OK) {
+			rc = db_err(r, src, "open", e);
+			goto fail;
+		}
 	}
 	sqlite3_busy_timeout(r->db, 30000);
 	/* The first statements tell a corrupt file; quick_check catches damage

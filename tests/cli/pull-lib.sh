@@ -46,3 +46,4 @@ make_repos() {
 sha256() { sha256sum "$1" | cut -d' ' -f1; }
 # Bytes the CDN sent for a blob, from the log.
 cdn_bytes() { awk -v b="/blobs/$1" '$1 == "cdn" && index($3, b) == 1 { sub("bytes=", "", $6); s += $6 } END { print s + 0 }' "$HUB_LOG"; }
+msg() { head -n1 "$1" | cut -c1-200; }

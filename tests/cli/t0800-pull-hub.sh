@@ -54,7 +54,7 @@ check "joined split GGUF converts to the same tensors and metadata" -- \
 "$PULL" test/mix-GGUF 2>"$T/err"
 is "$?" 1 "several GGUF models and no quant: exit 1"
 grep -q "mix-F32.gguf" "$T/err" && grep -q "mix-Q8_0.gguf" "$T/err"
-ok $? "ambiguity lists the models ($(head -c 200 "$T/err"))"
+ok $? "ambiguity lists the models ($(msg "$T/err"))"
 "$PULL" test/mix-GGUF:Q5_K 2>"$T/err"
 is "$?" 1 "missing quant: exit 1"
 grep -q "no GGUF file for quantisation 'Q5_K'" "$T/err"
@@ -87,7 +87,7 @@ check "URL model equals the direct conversion" -- cmp "$T/direct.uth" \
 "$PULL" -n badsha --sha256 "$(printf '%064d' 0)" "$HF_ENDPOINT/test/mix-GGUF/resolve/main/mix-F32.gguf" 2>"$T/err"
 is "$?" 1 "URL with a wrong --sha256: exit 1"
 grep -q "sha256 mismatch" "$T/err" && [ -z "$(find "$XDG_CACHE_HOME/moe/downloads" -name 'mix-F32.gguf*' ! -name '*.lock')" ]
-ok $? "mismatch deleted the download ($(head -c 160 "$T/err"))"
+ok $? "mismatch deleted the download ($(msg "$T/err"))"
 
 # ---- offline: no server at all
 stop_hubs
@@ -97,7 +97,7 @@ check "offline model runs by name" -- "$BIN/moe-run" -m offline:copy --tokenize 
 HF_HUB_OFFLINE=1 "$PULL" test/other:Q4_0 2>"$T/err"
 is "$?" 1 "offline and not cached: exit 1"
 grep -q "HF_HUB_OFFLINE" "$T/err"
-ok $? "offline error says why ($(head -c 120 "$T/err"))"
+ok $? "offline error says why ($(msg "$T/err"))"
 s=$(date +%s)
 HF_HUB_OFFLINE=1 "$PULL" test/mix-GGUF:Q8_0 2>/dev/null
 ok $? "offline pull of a registered model succeeds"
@@ -109,7 +109,7 @@ check "hub with a token" -- start_hub --repo test/mix-GGUF="$REPO_G" --token s3c
 HF_TOKEN=wrong "$PULL" -n t1 test/mix-GGUF:F32 2>"$T/err"
 is "$?" 1 "wrong token: exit 1"
 grep -q "401" "$T/err" && grep -q "HF_TOKEN" "$T/err"
-ok $? "401 explained ($(head -c 160 "$T/err"))"
+ok $? "401 explained ($(msg "$T/err"))"
 rm -rf "$HF_HOME/hub/models--test--mix-GGUF"
 HF_TOKEN=s3cret "$PULL" -n t2 test/mix-GGUF:F32 2>"$T/err"
 ok $? "HF_TOKEN accepted"

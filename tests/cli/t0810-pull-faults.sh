@@ -56,7 +56,7 @@ hub --fault wrongbytes
 "$PULL" $FAST test/mix-GGUF:Q8_0 2>"$T/err"
 is "$?" 1 "wrong bytes: exit 1"
 grep -q "mix-Q8_0.gguf: sha256 mismatch" "$T/err"
-ok $? "message names the file ($(head -c 150 "$T/err"))"
+ok $? "message names the file ($(msg "$T/err"))"
 [ ! -e "$R/blobs/$sha" ] && [ ! -e "$R/blobs/$sha.incomplete" ]
 ok $? "the bad download was deleted"
 "$PULL" list | grep -q mix-GGUF
@@ -75,7 +75,7 @@ hub --fault status:503
 "$PULL" $FAST --retries 2 test/mix-GGUF:Q8_0 2>"$T/err"
 is "$?" 1 "503 forever: exit 1"
 grep -q "gave up after 3 attempts" "$T/err"
-ok $? "gives up after 1 + --retries attempts ($(head -c 150 "$T/err"))"
+ok $? "gives up after 1 + --retries attempts ($(msg "$T/err"))"
 
 # ---- permanent refusals
 for code in 401 403 404; do
@@ -83,7 +83,7 @@ for code in 401 403 404; do
 	"$PULL" $FAST test/mix-GGUF:Q8_0 2>"$T/err"
 	is "$?" 1 "hub answers $code: exit 1"
 	grep -q "HTTP $code" "$T/err"
-	ok $? "$code reported ($(head -c 150 "$T/err"))"
+	ok $? "$code reported ($(msg "$T/err"))"
 	is "$(grep -c '^hub' "$HUB_LOG")" 1 "$code is not retried"
 done
 
@@ -94,7 +94,7 @@ s=$(date +%s)
 is "$?" 1 "stalled transfer: exit 1"
 is "$(( $(date +%s) - s < 20 ))" 1 "ended by the timeout, not by waiting forever"
 grep -qi "timeout\|too slow\|transferred" "$T/err"
-ok $? "timeout reported ($(head -c 150 "$T/err"))"
+ok $? "timeout reported ($(msg "$T/err"))"
 
 # ---- hostile answers
 hub --fault redirectloop
@@ -107,19 +107,19 @@ for f in hugeheader giantheader; do
 	"$PULL" $FAST test/mix-GGUF:Q8_0 2>"$T/err"
 	is "$?" 1 "$f (200 KB of headers): exit 1"
 	grep -q "headers larger than" "$T/err"
-	ok $? "$f refused ($(head -c 150 "$T/err"))"
+	ok $? "$f refused ($(msg "$T/err"))"
 	is "$(grep -c '^hub HEAD' "$HUB_LOG")" 1 "$f is not retried"
 done
 hub --fault lielen
 "$PULL" $FAST test/mix-GGUF:Q8_0 2>"$T/err"
 is "$?" 1 "Content-Length larger than the file: exit 1"
 grep -q "announces" "$T/err" && [ ! -e "$R/blobs/$sha" ]
-ok $? "lying Content-Length refused, no blob ($(head -c 150 "$T/err"))"
+ok $? "lying Content-Length refused, no blob ($(msg "$T/err"))"
 hub --fault badsize
 "$PULL" $FAST test/mix-GGUF:Q8_0 2>"$T/err"
 is "$?" 1 "X-Linked-Size smaller than the file: exit 1"
 [ ! -e "$R/blobs/$sha" ]
-ok $? "no blob from a lying size ($(head -c 150 "$T/err"))"
+ok $? "no blob from a lying size ($(msg "$T/err"))"
 for evil in ../evil.gguf /tmp/evil.gguf 'a/../../evil.gguf'; do
 	hub --fault evilname:$evil
 	"$PULL" $FAST test/mix-GGUF:Q8_0 2>"$T/err"
