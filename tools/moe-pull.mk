@@ -8,4 +8,5 @@ dist_man_MANS += man/moe-pull.1
 PULL_TESTS = tests/cli/t0800-pull-hub.sh tests/cli/t0810-pull-faults.sh \
 	tests/cli/t0820-pull-registry.sh tests/cli/t0830-pull-robust.sh
 TESTS += $(PULL_TESTS)
-EXTRA_DIST += $(PULL_TESTS) tests/cli/hubsim.py tests/cli/pull-lib.sh tests/cli/gguf-split.py
+EXTRA_DIST += $(PULL_TESTS) tests/cli/hubsim.py tests/cli/pull-lib.sh tests/cli/gguf-split.py \
+	scripts/bench-pull

@@ -623,22 +623,25 @@ int moe_registry_resolve(const char *arg, char **path, moe_error *e)
 			       "%s: no such file, and no model of that name (no models pulled yet; "
 			       "'moe-pull SOURCE' adds one)",
 			       arg);
+	/* Look up read-only (no schema work, never waits for a pull's write
+	 * transaction); record the use afterwards, best effort. */
 	moe_registry *r;
-	bool ro = access(store, W_OK) != 0 || access(dbp, W_OK) != 0;
-	MOE_TRY(open_at(&r, store, ro, e));
+	MOE_TRY(open_at(&r, store, true, e));
 	moe_registry_entry en;
 	int rc = moe_registry_get(r, arg, &en, e);
+	moe_registry_close(r);
 	if (rc == MOE_ENOTFOUND)
 		moe_err_prefix(e, "%s: no such file", arg);
 	if (rc == 0 && stat(en.path, &st) != 0)
 		rc = moe_err(e, MOE_ENOTFOUND, "model %s:%s: its file %s is missing (%s); pull it again",
 			     en.name, en.tag, en.path, strerror(errno));
-	if (rc == 0 && !ro) {
-		/* best effort: a busy or read-only store keeps the old time */
+	sqlite3 *db = NULL;
+	if (rc == 0 && access(store, W_OK) == 0 && access(dbp, W_OK) == 0 &&
+	    sqlite3_open_v2(dbp, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) == SQLITE_OK) {
 		sqlite3_stmt *s;
-		if (sqlite3_prepare_v2(r->db, "UPDATE models SET last_used=? WHERE name=? AND tag=?", -1, &s,
+		sqlite3_busy_timeout(db, 200);
+		if (sqlite3_prepare_v2(db, "UPDATE models SET last_used=? WHERE name=? AND tag=?", -1, &s,
 				       NULL) == SQLITE_OK) {
-			sqlite3_busy_timeout(r->db, 200);
 			sqlite3_bind_int64(s, 1, (sqlite3_int64)time(NULL));
 			sqlite3_bind_text(s, 2, en.name, -1, SQLITE_STATIC);
 			sqlite3_bind_text(s, 3, en.tag, -1, SQLITE_STATIC);
@@ -646,9 +649,9 @@ int moe_registry_resolve(const char *arg, char **path, moe_error *e)
 			sqlite3_finalize(s);
 		}
 	}
+	sqlite3_close(db);
 	if (rc == 0 && !(*path = strdup(en.path)))
 		rc = moe_err(e, MOE_ENOMEM, "out of memory");
-	moe_registry_close(r);
 	return rc;
 }
 

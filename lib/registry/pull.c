@@ -383,7 +383,8 @@ static int fetch_url(const moe_pull_opts *o, const moe_source *src, const moe_hu
 			;
 		if (!exists(dest)) {
 			moe_http_cfg cfg;
-			http_cfg(o, NULL, &cfg); /* no token for arbitrary URLs */
+			/* the token only if the URL is on the hub's own origin */
+			http_cfg(o, env, &cfg);
 			CURL *h = curl_easy_init();
 			moe_http_resp *r = calloc(1, sizeof *r);
 			moe_http_req q = {.method = MOE_HTTP_HEAD, .url = src->url, .follow = true};
