@@ -64,6 +64,36 @@ is "$?" 1 "missing repo: exit 1"
 grep -q "RepoNotFound" "$T/err"
 ok $? "missing repo: the hub's reason is shown"
 
+# ---- revisions, HF_HUB_CACHE, and huggingface_hub's lock
+check "--revision COMMIT" -- "$PULL" -n rev:c --revision "$commit" test/mix-GGUF:Q8_0
+[ ! -e "$R/refs/$commit" ]
+ok $? "a commit as revision writes no ref"
+"$PULL" --revision nope test/mix-GGUF:Q8_0 2>"$T/err"
+is "$?" 1 "unknown revision: exit 1"
+grep -q "RevisionNotFound" "$T/err"
+ok $? "unknown revision named ($(msg "$T/err"))"
+HF_HUB_CACHE="$T/hubcache" "$PULL" -n cachedir test/mix-GGUF:F32 2>/dev/null
+ok $? "pull with HF_HUB_CACHE"
+fsha=$(sha256 "$REPO_G/mix-F32.gguf")
+[ -f "$T/hubcache/models--test--mix-GGUF/blobs/$fsha" ] && [ ! -e "$R/blobs/$fsha" ]
+ok $? "HF_HUB_CACHE holds the files"
+# huggingface_hub's filelock takes flock() on .locks/models--ORG--NAME/ETAG.lock:
+# hold it from Python for 2 s and the pull must wait for it.
+mkdir -p "$HF_HOME/hub/.locks/models--test--mix-GGUF"
+$PYTHON3 -c '
+import fcntl, sys, time
+f = open(sys.argv[1], "w"); fcntl.flock(f, fcntl.LOCK_EX); open(sys.argv[2], "w").close(); time.sleep(2)
+' "$HF_HOME/hub/.locks/models--test--mix-GGUF/$fsha.lock" "$T/locked" &
+lp=$!
+while [ ! -e "$T/locked" ]; do sleep 0.05; done
+s=$(date +%s.%N)
+"$PULL" -n locked test/mix-GGUF:F32 2>/dev/null
+r=$?
+e=$(date +%s.%N)
+wait $lp
+is "$r" 0 "pull while another process holds the blob lock"
+is "$($PYTHON3 -c "print($e - $s >= 1.5)")" True "it waited for the lock"
+
 # ---- safetensors snapshot
 check "pull test/mix (safetensors)" -- "$PULL" test/mix
 RS="$HF_HOME/hub/models--test--mix"
