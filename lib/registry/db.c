@@ -50,9 +50,13 @@ int moe_registry_store_dir(char *buf, size_t n, moe_error *e)
 		int k = snprintf(buf, n, "%s", s);
 		if (k < 0 || (size_t)k >= n)
 			return moe_err(e, MOE_ERANGE, "MOE_STORE too long");
-		return 0;
+	} else {
+		MOE_TRY(moe_path_data(buf, n, e));
 	}
-	return moe_path_data(buf, n, e);
+	/* room for "/models/<sha256>.json" in every path buffer */
+	if (strlen(buf) > 3900)
+		return moe_err(e, MOE_ERANGE, "store directory %.80s... longer than 3900 bytes", buf);
+	return 0;
 }
 
 static int db_err(moe_registry *r, int src, const char *what, moe_error *e)
@@ -198,7 +202,7 @@ static void row_entry(moe_registry *r, sqlite3_stmt *st, moe_registry_entry *en)
 	col(st, 8, en->weight_types, sizeof en->weight_types);
 	en->created = sqlite3_column_int64(st, 9);
 	en->last_used = sqlite3_column_int64(st, 10);
-	snprintf(en->path, sizeof en->path, "%s/models/%s.uth", r->store, en->sha256);
+	snprintf(en->path, sizeof en->path, "%.3900s/models/%.64s.uth", r->store, en->sha256);
 }
 
 int moe_registry_list(moe_registry *r, moe_registry_entry **out, size_t *n, moe_error *e)
@@ -527,7 +531,7 @@ int moe_registry_add(moe_registry *r, const char *tmp_uth, moe_registry_entry *e
 	char dest[4400], dir[4200];
 	store_path(r, en->sha256, "uth", dest, sizeof dest);
 	snprintf(dir, sizeof dir, "%s/models", r->store);
-	snprintf(en->path, sizeof en->path, "%s", dest);
+	snprintf(en->path, sizeof en->path, "%.4000s", dest);
 	MOE_TRY(begin(r, e));
 	int rc = 0;
 	if (rename(tmp_uth, dest) != 0)

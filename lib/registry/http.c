@@ -269,8 +269,28 @@ int moe_http_once(CURL *h, const moe_http_cfg *cfg, const moe_http_req *q, moe_h
 		return moe_err(e, MOE_EINVAL, "URL too long");
 	strcpy(url, q->url);
 	int max = cfg->max_redirects > 0 ? cfg->max_redirects : 10;
+	/* The hub's own headers (sha256, size, commit) come with its redirect;
+	 * the CDN's final answer does not repeat them: keep them. */
+	char linked[sizeof r->linked_etag] = "", commit[sizeof r->repo_commit] = "";
+	bool has_lsize = false;
+	uint64_t lsize = 0;
 	for (int hop = 0;; hop++) {
 		MOE_TRY(one_hop(h, cfg, q, url, r, e));
+		if (r->linked_etag[0])
+			memcpy(linked, r->linked_etag, sizeof linked);
+		else
+			memcpy(r->linked_etag, linked, sizeof linked);
+		if (r->repo_commit[0])
+			memcpy(commit, r->repo_commit, sizeof commit);
+		else
+			memcpy(r->repo_commit, commit, sizeof commit);
+		if (r->has_linked_size) {
+			has_lsize = true;
+			lsize = r->linked_size;
+		} else if (has_lsize) {
+			r->has_linked_size = true;
+			r->linked_size = lsize;
+		}
 		bool redirect = r->status == 301 || r->status == 302 || r->status == 303 ||
 				r->status == 307 || r->status == 308;
 		if (!redirect || !q->follow)

@@ -166,7 +166,7 @@ typedef struct fetched {
 	char **paths;  /* local files (snapshot links) or the snapshot dir */
 	size_t n;
 	bool is_gguf;
-	char input[4400]; /* what the converter reads */
+	char input[8192]; /* what the converter reads */
 	char revision[128];
 } fetched;
 

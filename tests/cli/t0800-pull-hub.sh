@@ -112,6 +112,12 @@ ok $? "--include README* linked README.md"
 
 # ---- URL sources (the resolve URL redirects to the CDN; its sha256 is checked)
 check "pull an http URL" -- "$PULL" -n byurl "$HF_ENDPOINT/test/mix-GGUF/resolve/main/mix-Q8_0.gguf"
+check "a hub URL with a CDN that sends wrong bytes" -- start_hub --repo test/mix-GGUF="$REPO_G" --fault wrongbytes
+"$PULL" -n byurl2 "$HF_ENDPOINT/test/mix-GGUF/resolve/main/mix-F32.gguf" 2>"$T/err"
+is "$?" 1 "URL: the hub's X-Linked-Etag is checked after the redirect"
+grep -q "mix-F32.*sha256 mismatch" "$T/err"
+ok $? "mismatch reported ($(msg "$T/err"))"
+check "restart the hub" -- start_hub --repo test/mix-GGUF="$REPO_G" --repo test/mix="$REPO_S"
 check "URL model equals the direct conversion" -- cmp "$T/direct.uth" \
 	"$("$PULL" show --json byurl | $PYTHON3 -c 'import json,sys; print(json.load(sys.stdin)["path"])')"
 "$PULL" -n badsha --sha256 "$(printf '%064d' 0)" "$HF_ENDPOINT/test/mix-GGUF/resolve/main/mix-F32.gguf" 2>"$T/err"
