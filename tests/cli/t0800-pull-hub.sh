@@ -111,7 +111,8 @@ check "--include downloads only matching files" -- "$PULL" --download-only -I 'R
 ok $? "--include README* linked README.md"
 
 # ---- URL sources (the resolve URL redirects to the CDN; its sha256 is checked)
-check "pull an http URL" -- "$PULL" -n byurl "$HF_ENDPOINT/test/mix-GGUF/resolve/main/mix-Q8_0.gguf"
+URL1="$HF_ENDPOINT/test/mix-GGUF/resolve/main/mix-Q8_0.gguf"
+check "pull an http URL" -- "$PULL" -n byurl "$URL1"
 check "a hub URL with a CDN that sends wrong bytes" -- start_hub --repo test/mix-GGUF="$REPO_G" --fault wrongbytes
 "$PULL" -n byurl2 "$HF_ENDPOINT/test/mix-GGUF/resolve/main/mix-F32.gguf" 2>"$T/err"
 is "$?" 1 "URL: the hub's X-Linked-Etag is checked after the redirect"
@@ -138,6 +139,13 @@ s=$(date +%s)
 HF_HUB_OFFLINE=1 "$PULL" test/mix-GGUF:Q8_0 2>/dev/null
 ok $? "offline pull of a registered model succeeds"
 is "$(( $(date +%s) - s < 5 ))" 1 "offline: no waiting for a network"
+
+HF_HUB_OFFLINE=1 "$PULL" -n byurl:offline "$URL1" 2>"$T/err"
+ok $? "offline: a URL downloaded before pulls again ($(msg "$T/err"))"
+HF_HUB_OFFLINE=1 "$PULL" "http://127.0.0.1:1/never.gguf" 2>"$T/err"
+is "$?" 1 "offline: a URL never downloaded: exit 1"
+grep -q "HF_HUB_OFFLINE is set" "$T/err"
+ok $? "offline URL error says why"
 
 # ---- the token goes to the hub, never to the CDN
 : > "$HUB_LOG"

@@ -11,6 +11,10 @@ check "make the repos" -- make_repos
 cp "$T/src/mix.gguf" "$T/m.gguf"
 check "pull a local GGUF" -- "$PULL" "$T/m.gguf"
 check "pull a local snapshot under a name" -- "$PULL" -n acme/mix:hf "$T/src/mix.hf"
+check "pull a snapshot with --type q8_0" -- "$PULL" -q -n acme/mix:q8 -t q8_0 "$T/src/mix.hf"
+"$PULL" show acme/mix:q8 | grep -q "^weight types: *f32,q8_0"
+ok $? "--type q8_0 reached the converter"
+check "rm acme/mix:q8" -- "$PULL" -q rm acme/mix:q8
 cp "$T/m.gguf" "$T/other.gguf"
 check "convert a UTH (another provenance, so other bytes)" -- "$BIN/moe-convert" "$T/other.gguf" "$T/m2.uth"
 check "register a UTH file as is" -- "$PULL" -n acme/copy "$T/m2.uth"
