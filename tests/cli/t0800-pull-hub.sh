@@ -110,6 +110,17 @@ check "--include downloads only matching files" -- "$PULL" --download-only -I 'R
 [ -L "$RS/snapshots/$cs/README.md" ]
 ok $? "--include README* linked README.md"
 
+# ---- a sharded safetensors snapshot (index + two shards)
+check "generate a sharded snapshot" -- $PYTHON3 "$top_srcdir/scripts/gen-model" --arch qwen3moe --format hf --shards 2 --seed 9 --out "$T/src/q3"
+mkdir -p "$T/repos/q3" && cp "$T/src/q3.hf"/* "$T/repos/q3/"
+check "hub with the sharded repo" -- start_hub --repo test/q3="$T/repos/q3" --repo test/mix-GGUF="$REPO_G" --repo test/mix="$REPO_S"
+check "pull the sharded snapshot" -- "$PULL" test/q3
+nsh=$(ls "$HF_HOME/hub/models--test--q3/snapshots/"*/ | grep -c 'safetensors$')
+is "$nsh" 2 "both shards fetched"
+check "direct conversion of the sharded snapshot" -- "$CONV" "$T/repos/q3" "$T/direct-q3.uth"
+check "sharded snapshot converts to the same tensors and metadata" -- \
+	"$DIFF" --ignore provenance "$T/direct-q3.uth" "$("$PULL" show --json test/q3 | $PYTHON3 -c 'import json,sys; print(json.load(sys.stdin)["path"])')"
+
 # ---- URL sources (the resolve URL redirects to the CDN; its sha256 is checked)
 URL1="$HF_ENDPOINT/test/mix-GGUF/resolve/main/mix-Q8_0.gguf"
 check "pull an http URL" -- "$PULL" -n byurl "$URL1"
