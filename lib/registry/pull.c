@@ -555,7 +555,7 @@ int moe_pull(const moe_pull_opts *o, moe_registry_entry *out, moe_error *e)
 		snprintf(full, sizeof full, "%s:%s", name, tag);
 		if (reg && moe_registry_get(reg, full, &have, &ig) == 0 && !strcmp(have.name, name) &&
 		    !strcmp(have.tag, tag) && !strcmp(have.source, o->source) && exists(have.path) &&
-		    !o->n_include)
+		    !o->n_include && o->out_type < 0)
 			havep = &have;
 	}
 	bool up_to_date = false;
