@@ -10,7 +10,7 @@
  *  - moe-pull fills a moe_pull_opts and calls moe_pull(): the source is
  *    fetched (or found in the cache), verified, converted to UTH, stored as
  *    $XDG_DATA_HOME/moe/models/<sha256>.uth and registered under a name.
- *  - moe_registry_open / _list / _show / _rm / _tag / _repair manage the
+ *  - moe_registry_open / _list / _get / _rm / _tag / _repair manage the
  *    names.  Every change is one transaction; the database is in WAL mode
  *    with a busy timeout, so pulls and readers in several processes are safe.
  *
