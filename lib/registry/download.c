@@ -1,14 +1,14 @@
 /* download.c — one file, resumable, verified, optionally over several
  * connections.
  *
- * Bytes go to DEST.incomplete, which always holds a prefix of the file with
- * no holes, so an interrupted download (even by kill -9) resumes from its
- * size with a Range request — and huggingface_hub, which resumes its own
- * .incomplete files the same way, can continue ours.  Several connections
- * fetch consecutive chunks into memory; the chunk at the front is appended
- * as soon as it is whole, so memory stays at connections x 2 chunks and the
- * digest is computed in order, while the bytes arrive.  Only a file whose
- * size and digest match is renamed to DEST: a mismatch deletes it.
+ * One connection appends to DEST.incomplete, which always holds a prefix of
+ * the file with no holes, so an interrupted download (even by kill -9)
+ * resumes from its size with a Range request — and huggingface_hub, which
+ * resumes its own .incomplete files the same way, can continue ours; the
+ * digest is computed while the bytes arrive.  Several connections (large
+ * files) write ranges in place into DEST.moe-parts and list finished chunks
+ * in DEST.moe-parts.done (see below).  Only a file whose size and digest
+ * match is renamed to DEST: a mismatch deletes it.
  *
  * A server that answers a Range request with 200 (the whole file) makes us
  * start over from byte 0, once, on one connection; one that sends more
@@ -222,42 +222,35 @@ static int download_seq(dl_state *s, CURL *h, moe_error *e)
 
 /* ------------------------------------------------- several connections */
 
+/* Several connections write their ranges straight into DEST.moe-parts (a
+ * sparse file, never mistaken for a prefix by huggingface_hub) and append
+ * the index of every finished chunk to DEST.moe-parts.done; a run that was
+ * killed continues with the chunks that file does not list.  Copying ranges
+ * into memory to append them in order was measured twice as slow as one
+ * connection (an extra pass over every byte); written in place, the digest
+ * is computed once at the end, from the page cache.  A chunk listed whose
+ * bytes did not reach the disk (power loss) is caught by that digest. */
 typedef struct par {
 	dl_state *s;
+	int fd, state_fd;
+	const char *parts;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	uint64_t base;       /* file offset of chunk 0 */
 	uint64_t n_chunks;
-	uint64_t next;       /* next chunk to hand out */
-	uint64_t written;    /* chunks appended so far */
-	int window;          /* chunks that may be in memory */
-	unsigned char **buf; /* [window] */
-	uint64_t *got;       /* [window] bytes in the buffer */
-	bool *done;          /* [window] */
-	bool writing;
-	volatile int stop;   /* cancel everything */
+	bool *done;          /* [n_chunks] */
+	uint64_t next;       /* where to look for the next missing chunk */
+	volatile int stop;
 	bool no_ranges;      /* a 200 answered a range: give up parallel */
 	int rc;
 	moe_error err;
-	uint64_t received;   /* bytes received (for progress) */
+	uint64_t base_done;  /* bytes of chunks done before this run */
+	uint64_t received;
 } par;
 
 typedef struct chunk_job {
 	par *p;
-	uint64_t k;
-	uint64_t from, to; /* [from, to) */
+	uint64_t k, from, to, got;
 	bool checked;
 } chunk_job;
-
-static uint64_t chunk_from(par *p, uint64_t k)
-{
-	return p->base + k * CHUNK;
-}
-static uint64_t chunk_to(par *p, uint64_t k)
-{
-	uint64_t t = p->base + (k + 1) * CHUNK;
-	return t < p->s->d->size ? t : p->s->d->size;
-}
 
 static void par_fail(par *p, int rc, const moe_error *e)
 {
@@ -267,7 +260,6 @@ static void par_fail(par *p, int rc, const moe_error *e)
 		p->err = *e;
 	}
 	p->stop = 1;
-	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 }
 
@@ -275,36 +267,44 @@ static size_t chunk_sink(void *user, const moe_http_resp *r, const void *ptr, si
 {
 	chunk_job *j = user;
 	par *p = j->p;
-	int slot = (int)(j->k % (uint64_t)p->window);
-	uint64_t *got = &p->got[slot];
+	moe_error e;
 	if (!j->checked) {
 		j->checked = true;
 		if (r->status != 206) {
 			pthread_mutex_lock(&p->mu);
 			p->no_ranges = true;
 			p->stop = 1;
-			pthread_cond_broadcast(&p->cv);
 			pthread_mutex_unlock(&p->mu);
 			return 0;
 		}
-		if (!r->has_content_range || r->range_start != j->from + *got) {
-			moe_error e;
+		if (!r->has_content_range || r->range_start != j->from + j->got) {
 			par_fail(p, moe_err(&e, MOE_EFORMAT, "%s: the server sent a different range than asked",
 					    p->s->d->display), &e);
 			return 0;
 		}
 	}
-	if (n > j->to - j->from - *got) {
-		moe_error e;
+	if (n > j->to - j->from - j->got) {
 		par_fail(p, moe_err(&e, MOE_EFORMAT, "%s: the server sent more bytes than the range asked for",
 				    p->s->d->display), &e);
 		return 0;
 	}
-	memcpy(p->buf[slot] + *got, ptr, n);
-	*got += n;
-	__atomic_add_fetch(&p->received, n, __ATOMIC_RELAXED);
+	const char *c = ptr;
+	size_t left = n;
+	while (left) {
+		ssize_t w = pwrite(p->fd, c, left, (off_t)(j->from + j->got));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			par_fail(p, moe_err(&e, MOE_EIO, "%s: write failed: %s", p->parts, strerror(errno)), &e);
+			return 0;
+		}
+		c += w;
+		left -= (size_t)w;
+		j->got += (uint64_t)w;
+	}
+	uint64_t rcv = __atomic_add_fetch(&p->received, n, __ATOMIC_RELAXED);
 	if (pthread_mutex_trylock(&p->mu) == 0) {
-		emit_bytes(p->s, p->base + p->received, false);
+		emit_bytes(p->s, p->base_done + rcv, false);
 		pthread_mutex_unlock(&p->mu);
 	}
 	return n;
@@ -313,82 +313,48 @@ static size_t chunk_sink(void *user, const moe_http_resp *r, const void *ptr, si
 static int chunk_retry(void *user, moe_http_req *q, moe_error *e)
 {
 	chunk_job *j = user;
-	par *p = j->p;
 	j->checked = false;
-	q->range_from = j->from + p->got[j->k % (uint64_t)p->window];
+	q->range_from = j->from + j->got;
 	return 0;
-}
-
-/* Append every finished chunk at the front (called with the mutex held;
- * drops it while writing). */
-static void flush_front(par *p)
-{
-	while (!p->writing && p->written < p->n_chunks && p->done[p->written % (uint64_t)p->window] &&
-	       !p->stop) {
-		p->writing = true;
-		uint64_t k = p->written;
-		int slot = (int)(k % (uint64_t)p->window);
-		pthread_mutex_unlock(&p->mu);
-		moe_error e = {0};
-		int rc = append(p->s, p->buf[slot], (size_t)p->got[slot], &e);
-		pthread_mutex_lock(&p->mu);
-		p->writing = false;
-		if (rc < 0) {
-			if (!p->rc) {
-				p->rc = rc;
-				p->err = e;
-			}
-			p->stop = 1;
-		} else {
-			p->done[slot] = false;
-			p->got[slot] = 0;
-			p->written++;
-			emit_bytes(p->s, p->s->have, false);
-		}
-		pthread_cond_broadcast(&p->cv);
-	}
 }
 
 static void *worker(void *arg)
 {
 	par *p = arg;
+	moe_dl *d = p->s->d;
 	CURL *h = curl_easy_init();
+	moe_error e = {0};
 	if (!h) {
-		moe_error e;
 		par_fail(p, moe_err(&e, MOE_ENOMEM, "curl_easy_init failed"), &e);
 		return NULL;
 	}
 	for (;;) {
 		pthread_mutex_lock(&p->mu);
-		while (!p->stop && p->next < p->n_chunks && p->next >= p->written + (uint64_t)p->window)
-			pthread_cond_wait(&p->cv, &p->mu);
+		while (p->next < p->n_chunks && p->done[p->next])
+			p->next++;
 		if (p->stop || p->next >= p->n_chunks) {
 			pthread_mutex_unlock(&p->mu);
 			break;
 		}
 		chunk_job j = {.p = p, .k = p->next++};
 		pthread_mutex_unlock(&p->mu);
-		j.from = chunk_from(p, j.k);
-		j.to = chunk_to(p, j.k);
-		int slot = (int)(j.k % (uint64_t)p->window);
-		p->got[slot] = 0;
-		moe_http_req q = {.method = MOE_HTTP_GET, .url = p->s->d->url, .follow = true,
-				  .range = true, .range_from = j.from, .range_to = j.to,
-				  .sink = chunk_sink, .user = &j, .cancel = &p->stop};
+		j.from = j.k * CHUNK;
+		j.to = j.from + CHUNK < d->size ? j.from + CHUNK : d->size;
+		moe_http_req q = {.method = MOE_HTTP_GET, .url = d->url, .follow = true, .range = true,
+				  .range_from = j.from, .range_to = j.to, .sink = chunk_sink, .user = &j,
+				  .cancel = &p->stop};
 		moe_http_resp *r = calloc(1, sizeof *r);
-		moe_error e = {0};
-		int rc = r ? moe_http_request(h, p->s->d->cfg, &q, r, chunk_retry, &j, &e)
+		int rc = r ? moe_http_request(h, d->cfg, &q, r, chunk_retry, &j, &e)
 			   : moe_err(&e, MOE_ENOMEM, "out of memory");
 		if (rc == 0 && !p->stop) {
 			if (r->status != 206) {
 				char st[512];
 				moe_http_status_text(r, st, sizeof st);
-				rc = moe_err(&e, r->status == 404 ? MOE_ENOTFOUND : MOE_ENET, "%s: %s",
-					     p->s->d->url, st);
-			} else if (p->got[slot] != j.to - j.from) {
-				rc = moe_err(&e, MOE_ENET, "%s: range %llu-%llu ended after %llu bytes",
-					     p->s->d->display, (unsigned long long)j.from,
-					     (unsigned long long)j.to, (unsigned long long)p->got[slot]);
+				rc = moe_err(&e, r->status == 404 ? MOE_ENOTFOUND : MOE_ENET, "%s: %s", d->url, st);
+			} else if (j.got != j.to - j.from) {
+				rc = moe_err(&e, MOE_ENET, "%s: range %llu-%llu ended after %llu bytes", d->display,
+					     (unsigned long long)j.from, (unsigned long long)j.to,
+					     (unsigned long long)j.got);
 			}
 		}
 		free(r);
@@ -398,41 +364,104 @@ static void *worker(void *arg)
 			par_fail(p, rc, &e);
 			break;
 		}
+		/* the chunk's bytes are in the file: record it */
+		char line[32];
+		int len = snprintf(line, sizeof line, "%llu\n", (unsigned long long)j.k);
 		pthread_mutex_lock(&p->mu);
-		p->done[slot] = true;
-		flush_front(p);
+		p->done[j.k] = true;
+		bool ok = write(p->state_fd, line, (size_t)len) == len;
 		pthread_mutex_unlock(&p->mu);
+		if (!ok) {
+			par_fail(p, moe_err(&e, MOE_EIO, "%s.done: write failed: %s", p->parts, strerror(errno)),
+				 &e);
+			break;
+		}
 	}
 	curl_easy_cleanup(h);
 	return NULL;
 }
 
-static int download_par(dl_state *s, bool *fallback, moe_error *e)
+/* Read DEST.moe-parts.done: which chunks a killed run finished.  Returns
+ * false if it is missing or for another size or chunk size. */
+static bool read_state(const char *state, uint64_t size, bool *done, uint64_t n_chunks)
+{
+	char *buf;
+	size_t len;
+	moe_error ig = {0};
+	if (moe_read_file(state, 1 << 20, &buf, &len, &ig) < 0)
+		return false;
+	unsigned long long sz, ch;
+	int hdr = 0;
+	bool ok = sscanf(buf, "moe-parts 1 %llu %llu\n%n", &sz, &ch, &hdr) == 2 && hdr > 0 &&
+		  sz == size && ch == CHUNK;
+	for (char *p = buf + hdr; ok && *p;) {
+		char *nl = strchr(p, '\n');
+		if (!nl)
+			break; /* a line cut by kill -9: that chunk is redone */
+		char *end;
+		unsigned long long k = strtoull(p, &end, 10);
+		if (end == nl && k < n_chunks)
+			done[k] = true;
+		p = nl + 1;
+	}
+	free(buf);
+	return ok;
+}
+
+/* Fetch the whole file over several connections into `parts`.  *fallback
+ * is set (and nothing is left behind) when the server ignores ranges. */
+static int download_par(dl_state *s, const char *parts, const char *state, bool *fallback,
+			moe_error *e)
 {
 	moe_dl *d = s->d;
 	*fallback = false;
-	par p = {.s = s, .base = s->have};
-	p.n_chunks = (d->size - s->have + CHUNK - 1) / CHUNK;
-	int nthreads = d->connections;
-	if ((uint64_t)nthreads > p.n_chunks)
-		nthreads = (int)p.n_chunks;
-	p.window = 2 * nthreads;
+	par p = {.s = s, .fd = -1, .state_fd = -1, .parts = parts};
+	p.n_chunks = (d->size + CHUNK - 1) / CHUNK;
+	p.done = calloc((size_t)p.n_chunks, sizeof *p.done);
+	if (!p.done)
+		return moe_err(e, MOE_ENOMEM, "out of memory");
 	pthread_mutex_init(&p.mu, NULL);
-	pthread_cond_init(&p.cv, NULL);
-	p.buf = calloc((size_t)p.window, sizeof *p.buf);
-	p.got = calloc((size_t)p.window, sizeof *p.got);
-	p.done = calloc((size_t)p.window, sizeof *p.done);
 	int rc = 0;
-	if (!p.buf || !p.got || !p.done)
-		rc = moe_err(e, MOE_ENOMEM, "out of memory");
-	for (int i = 0; rc == 0 && i < p.window; i++)
-		if (!(p.buf[i] = malloc(CHUNK)))
-			rc = moe_err(e, MOE_ENOMEM, "out of memory for download buffers");
+	bool resume = read_state(state, d->size, p.done, p.n_chunks);
+	if (!resume) {
+		unlink(parts);
+		memset(p.done, 0, (size_t)p.n_chunks * sizeof *p.done);
+	}
+	p.fd = open(parts, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (p.fd < 0)
+		rc = moe_err(e, MOE_EIO, "%s: cannot create: %s", parts, strerror(errno));
+	if (rc == 0 && !resume) {
+		char hdr[96];
+		int n = snprintf(hdr, sizeof hdr, "moe-parts 1 %llu %llu\n", (unsigned long long)d->size,
+				 (unsigned long long)CHUNK);
+		p.state_fd = open(state, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (p.state_fd < 0 || write(p.state_fd, hdr, (size_t)n) != n)
+			rc = moe_err(e, MOE_EIO, "%s: cannot write: %s", state, strerror(errno));
+	} else if (rc == 0) {
+		p.state_fd = open(state, O_WRONLY | O_APPEND | O_CLOEXEC);
+		if (p.state_fd < 0)
+			rc = moe_err(e, MOE_EIO, "%s: cannot open: %s", state, strerror(errno));
+	}
+	uint64_t missing = 0;
+	for (uint64_t k = 0; k < p.n_chunks; k++)
+		if (p.done[k])
+			p.base_done += (k + 1) * CHUNK < d->size ? CHUNK : d->size - k * CHUNK;
+		else
+			missing++;
+	if (resume && p.base_done) {
+		d->resumed = true;
+		moe_log(MOE_LOG_INFO, "%s: resuming, %llu of %llu chunks to go", d->display,
+			(unsigned long long)missing, (unsigned long long)p.n_chunks);
+	}
+	int nthreads = d->connections < 64 ? d->connections : 64;
+	if ((uint64_t)nthreads > missing)
+		nthreads = (int)missing;
 	pthread_t th[64];
 	int started = 0;
-	for (int i = 0; rc == 0 && i < nthreads && i < 64; i++) {
+	for (int i = 0; rc == 0 && i < nthreads; i++) {
 		if (pthread_create(&th[i], NULL, worker, &p) != 0) {
-			par_fail(&p, moe_err(e, MOE_ENOMEM, "cannot start a download thread"), e);
+			moe_error pe;
+			par_fail(&p, moe_err(&pe, MOE_ENOMEM, "cannot start a download thread"), &pe);
 			break;
 		}
 		started++;
@@ -445,22 +474,33 @@ static int download_par(dl_state *s, bool *fallback, moe_error *e)
 	}
 	if (rc == 0 && p.no_ranges) {
 		*fallback = true;
-	} else if (rc == 0 && p.written != p.n_chunks) {
-		rc = moe_err(e, MOE_EINTERNAL, "%s: parallel download stopped early", d->display);
+		unlink(parts);
+		unlink(state);
 	}
-	for (int i = 0; p.buf && i < p.window; i++)
-		free(p.buf[i]);
-	free(p.buf);
-	free(p.got);
+	for (uint64_t k = 0; rc == 0 && !*fallback && k < p.n_chunks; k++)
+		if (!p.done[k])
+			rc = moe_err(e, MOE_EINTERNAL, "%s: parallel download stopped early", d->display);
+	/* all there: sync, and hash the file in order */
+	if (rc == 0 && !*fallback && fdatasync(p.fd) != 0)
+		rc = moe_err(e, MOE_EIO, "%s: cannot sync: %s", parts, strerror(errno));
+	if (rc == 0 && !*fallback) {
+		rc = moe_digest_fd(s->sha256, p.fd, (int64_t)d->size, parts, e);
+		if (rc == 0 && s->sha1)
+			rc = moe_digest_fd(s->sha1, p.fd, (int64_t)d->size, parts, e);
+		s->have = d->size;
+	}
+	if (p.fd >= 0)
+		close(p.fd);
+	if (p.state_fd >= 0)
+		close(p.state_fd);
 	free(p.done);
 	pthread_mutex_destroy(&p.mu);
-	pthread_cond_destroy(&p.cv);
 	return rc;
 }
 
 /* --------------------------------------------------------------- driver */
 
-static int verify(dl_state *s, moe_error *e)
+static int verify(dl_state *s, const char *path, moe_error *e)
 {
 	moe_dl *d = s->d;
 	if (d->size != UINT64_MAX && s->have != d->size)
@@ -469,7 +509,7 @@ static int verify(dl_state *s, moe_error *e)
 	char hex[65];
 	moe_digest_hex(s->sha256, hex);
 	if (d->sha256 && strcasecmp(hex, d->sha256)) {
-		unlink(s->incomplete);
+		unlink(path);
 		return moe_err(e, MOE_ECHECKSUM,
 			       "%s: sha256 mismatch (expected %s, got %s); the download was deleted",
 			       d->display, d->sha256, hex);
@@ -478,7 +518,7 @@ static int verify(dl_state *s, moe_error *e)
 		char h1[41];
 		moe_digest_hex(s->sha1, h1);
 		if (strcasecmp(h1, d->sha1_blob)) {
-			unlink(s->incomplete);
+			unlink(path);
 			return moe_err(e, MOE_ECHECKSUM,
 				       "%s: git blob sha1 mismatch (expected %s, got %s); the download was "
 				       "deleted",
@@ -528,20 +568,41 @@ int moe_download(moe_dl *d, moe_error *e)
 		rc = moe_err(e, MOE_ENOMEM, "curl_easy_init failed");
 		goto out;
 	}
+	char parts[4300], state[4400];
+	snprintf(parts, sizeof parts, "%s.moe-parts", d->dest);
+	snprintf(state, sizeof state, "%s.done", parts);
+	struct stat sst;
+	bool par_state = stat(state, &sst) == 0;
+	bool parallel = d->size != UINT64_MAX && s.have == 0 &&
+			((d->connections > 1 && d->size >= PARALLEL_MIN) || par_state);
 	bool fallback = false;
-	if (d->connections > 1 && d->size != UINT64_MAX && d->size - s.have >= PARALLEL_MIN)
-		rc = download_par(&s, &fallback, e);
-	if (rc == 0 && (d->size == UINT64_MAX || s.have < d->size))
+	const char *data = s.incomplete;
+	if (parallel) {
+		rc = download_par(&s, parts, state, &fallback, e);
+		if (rc == 0 && !fallback)
+			data = parts;
+	} else if (par_state) {
+		/* a parallel run of another size: not ours to continue */
+		unlink(parts);
+		unlink(state);
+	}
+	if (rc == 0 && data == s.incomplete && (d->size == UINT64_MAX || s.have < d->size))
 		rc = download_seq(&s, h, e);
 	curl_easy_cleanup(h);
-	if (rc == 0 && fdatasync(s.fd) != 0)
+	if (rc == 0 && data == s.incomplete && fdatasync(s.fd) != 0)
 		rc = moe_err(e, MOE_EIO, "%s: cannot sync: %s", s.incomplete, strerror(errno));
 	if (rc == 0)
-		rc = verify(&s, e);
+		rc = verify(&s, data, e);
+	if (rc < 0 && data == parts && rc == MOE_ECHECKSUM)
+		unlink(state);
 	if (rc == 0) {
 		emit_bytes(&s, s.have, true);
-		if (rename(s.incomplete, d->dest) != 0)
+		if (rename(data, d->dest) != 0)
 			rc = moe_err(e, MOE_EIO, "%s: cannot rename into place: %s", d->dest, strerror(errno));
+		else if (data == parts) {
+			unlink(state);
+			unlink(s.incomplete);
+		}
 	}
 out:
 	if (s.fd >= 0)

@@ -150,18 +150,49 @@ fresh
 start_hub --repo test/big="$T/repos/big" --fault slow:8000000
 "$PULL" --download-only -j 4 -I '*.safetensors' test/big 2>/dev/null &
 pid=$!
+P="$RB/blobs/$bsha.moe-parts"
 i=0
-while [ "$(stat -c %s "$RB/blobs/$bsha.incomplete" 2>/dev/null || echo 0)" -lt 16777216 ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+ndone() { n=$(grep -c '^[0-9][0-9]*$' "$P.done" 2>/dev/null); echo "${n:-0}"; }
+while [ "$(ndone)" -lt 2 ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i + 1)); done
 kill -9 $pid; wait $pid 2>/dev/null
-have=$(stat -c %s "$RB/blobs/$bsha.incomplete" 2>/dev/null || echo 0)
-[ "$have" -ge 16777216 ] && [ "$have" -lt "$bsize" ] && [ ! -e "$RB/blobs/$bsha" ]
-ok $? "kill -9 with 4 connections: .incomplete is a prefix ($have bytes)"
-head -c "$have" "$T/repos/big/blob.safetensors" | cmp -s - "$RB/blobs/$bsha.incomplete"
-ok $? "the prefix holds the right bytes"
+[ -f "$P" ] && [ -f "$P.done" ] && [ ! -e "$RB/blobs/$bsha" ]
+ok $? "kill -9 with 4 connections: parts and their record left, no blob"
+# every chunk the record lists holds the right bytes; count what they cover
+covered=$($PYTHON3 - "$T/repos/big/blob.safetensors" "$P" "$P.done" <<'EOF2'
+import sys
+src, parts, done = sys.argv[1:4]
+lines = open(done).read().split("\n")
+hdr = lines[0].split()
+chunk = int(hdr[3])
+a, b = open(src, "rb"), open(parts, "rb")
+total = 0
+for l in lines[1:-1]:
+    k = int(l)
+    a.seek(k * chunk); b.seek(k * chunk)
+    x = a.read(chunk)
+    assert x == b.read(len(x)), "chunk %d differs" % k
+    total += len(x)
+print(total)
+EOF2
+)
+[ -n "$covered" ] && [ "$covered" -gt 0 ]
+ok $? "every recorded chunk holds the right bytes ($covered bytes)"
 : > "$HUB_LOG"
 start_hub --repo test/big="$T/repos/big"
 check "resume with 4 connections" -- "$PULL" --download-only -j 4 -I '*.safetensors' test/big
 is "$(sha256 "$RB/blobs/$bsha")" "$bsha" "resumed large blob intact"
-is "$(cdn_bytes "$bsha")" "$((bsize - have))" "only the missing bytes were fetched"
+is "$(cdn_bytes "$bsha")" "$((bsize - covered))" "only the chunks not recorded were fetched"
+[ ! -e "$P" ] && [ ! -e "$P.done" ] && [ ! -e "$RB/blobs/$bsha.incomplete" ]
+ok $? "no work files left"
+fresh
+start_hub --repo test/big="$T/repos/big" --fault wrongbytes
+"$PULL" $FAST --download-only -j 4 -I '*.safetensors' test/big 2>"$T/err"
+is "$?" 1 "4 connections, wrong bytes: exit 1"
+grep -q "blob.safetensors: sha256 mismatch" "$T/err" && [ ! -e "$P" ] && [ ! -e "$P.done" ] && [ ! -e "$RB/blobs/$bsha" ]
+ok $? "mismatch after a parallel download deletes it ($(msg "$T/err"))"
+fresh
+start_hub --repo test/big="$T/repos/big" --fault norange
+check "4 connections, Range ignored: falls back to one" -- "$PULL" $FAST --download-only -j 4 -I '*.safetensors' test/big
+is "$(sha256 "$RB/blobs/$bsha")" "$bsha" "blob intact after the fallback"
 stop_hubs
 done_testing
