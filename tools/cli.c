@@ -1,5 +1,6 @@
 /* cli.c — shared helpers of the moe tools (see cli.h). */
 #include "cli.h"
+#include "registry.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -73,4 +74,33 @@ float cli_parse_float(const char *opt, const char *val, double min, double max)
 	if (errno || end == val || *end || !(v >= min && v <= max))
 		usage_error("invalid value '%s' for %s (expected %g..%g)", val, opt, min, max);
 	return (float)v;
+}
+
+/* Resolved paths live until exit: tools keep them in their options. */
+static char **model_paths;
+static size_t n_model_paths;
+
+static void free_model_paths(void)
+{
+	for (size_t i = 0; i < n_model_paths; i++)
+		free(model_paths[i]);
+	free(model_paths);
+	model_paths = NULL;
+	n_model_paths = 0;
+}
+
+char *cli_model(const char *arg)
+{
+	moe_error e = {0};
+	char *path;
+	if (moe_registry_resolve(arg, &path, &e) < 0)
+		die_error(&e);
+	char **p = realloc(model_paths, (n_model_paths + 1) * sizeof *p);
+	if (!p)
+		die("out of memory");
+	if (!model_paths)
+		atexit(free_model_paths);
+	model_paths = p;
+	model_paths[n_model_paths++] = path;
+	return path;
 }

@@ -1,6 +1,6 @@
 /* cli.h — what every moe tool shares: the program name, GNU-style
  * --version, and die()/usage_error() with the fixed exit codes
- * (0 ok, 1 failure, 2 usage error). */
+ * (0 ok, 1 failure, 2 usage error), and model-name resolution. */
 #ifndef MOE_CLI_H
 #define MOE_CLI_H
 
@@ -24,5 +24,10 @@ void print_version(void);
 long cli_parse_long(const char *opt, const char *val, long min, long max);
 /* The same for a finite number in [min, max]. */
 float cli_parse_float(const char *opt, const char *val, double min, double max);
+/* A model argument (-m): an existing file, or a name registered by moe-pull
+ * (NAME, NAME:TAG, or the part after the last '/'), as a UTH path
+ * (malloc'd).  Never uses the network.  Exits 1 with a message listing what
+ * is available when the name is missing or ambiguous. */
+char *cli_model(const char *arg);
 
 #endif

@@ -4,3 +4,4 @@ include tools/moe-convert.mk
 include tools/moe-run.mk
 include tools/moe-bench.mk
 include tools/moe-serve.mk
+include tools/moe-pull.mk

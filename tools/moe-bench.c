@@ -187,7 +187,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		case 'm':
 			if (o->n_models == MODELS_MAX)
 				usage_error("at most %d models", MODELS_MAX);
-			o->models[o->n_models++] = optarg;
+			o->models[o->n_models++] = cli_model(optarg);
 			break;
 		case 'p':
 			parse_list("-p", optarg, 0, 1 << 20, &o->prompts);

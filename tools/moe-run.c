@@ -268,7 +268,7 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		case OPT_UNORDERED: o->unordered = true; o->gen_option_given = true; break;
 		case OPT_PROMPT_CACHE: o->prompt_cache = optarg; o->gen_option_given = true; break;
 		case OPT_VERBOSE: o->verbose = true; break;
-		case 'm': o->model = optarg; break;
+		case 'm': o->model = cli_model(optarg); break;
 		case 'p': o->prompt = optarg; break;
 		case 'f': o->file = optarg; break;
 		case OPT_TOKENIZE: m = MODE_TOKENIZE; break;
