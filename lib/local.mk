@@ -19,5 +19,6 @@ include lib/convert.mk
 include lib/text.mk
 include lib/kernels.mk
 include lib/model.mk
+include lib/experts.mk
 include lib/engine.mk
 include lib/bench.mk

@@ -1,0 +1,9 @@
+# lib/experts.mk — the streamed expert store (models larger than RAM):
+# slot cache, O_DIRECT reads through io_uring, prefetch, statistics.
+noinst_HEADERS += lib/experts.h
+lib_libmoecore_a_SOURCES += lib/experts/store.c
+
+check_PROGRAMS += tests/unit/t-experts
+TESTS += tests/unit/t-experts
+tests_unit_t_experts_LDADD = $(MOE_LIBS)
+tests_unit_t_experts_CPPFLAGS = $(AM_CPPFLAGS) -DMOE_SRC_SHAREDIR='"$(abs_top_srcdir)/share"'
