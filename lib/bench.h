@@ -386,4 +386,35 @@ typedef struct moe_ppl_row {
 } moe_ppl_row;
 int moe_ppl_report(FILE *f, moe_bench_format fmt, const moe_ppl_row *rows, size_t n, moe_error *e);
 
+/* ------------------------------------------------- memory budgets (budget.c) */
+
+/* O_DIRECT sequential read bandwidth (bytes/s) of the file's disk over at
+ * most max_bytes (4 MiB reads from a quarter into the file). */
+int moe_bench_disk_bw(const char *path, uint64_t max_bytes, double *bw, moe_error *e);
+
+typedef struct moe_budget_params {
+	uint64_t budget;       /* bytes, as --mem-budget */
+	int policy;            /* enum moe_experts_policy */
+	const char *profile;   /* warm start (moe-bench --expert-stats) or NULL */
+	double pin_fraction;
+	int n_prompt, n_gen, n_threads;
+	double disk_bw;        /* bytes/s for the I/O bound (0: none) */
+} moe_budget_params;
+
+typedef struct moe_budget_row {
+	uint64_t budget, slots;
+	int n_gen;
+	double tok_s;           /* greedy generation after an n_prompt prompt */
+	double hit_rate, prediction, prefetch_used; /* fractions */
+	double bytes_per_token; /* read from the disk */
+	double io_wait_s;
+	double io_bound_tok_s;  /* disk_bw / bytes_per_token */
+	bool direct;
+} moe_budget_row;
+
+/* Generate with the streamed expert store under p->budget (a fresh, cold
+ * cache) and fill row.  Errors of the store or the engine. */
+int moe_bench_budget(const moe_model *m, const moe_budget_params *p, moe_budget_row *row,
+		     moe_error *e);
+
 #endif

@@ -2,7 +2,8 @@
 # throughput tests, perplexity and KL-divergence, expert statistics, reports.
 noinst_HEADERS += lib/bench.h
 lib_libmoecore_a_SOURCES += lib/bench/stats.c lib/bench/stream.c lib/bench/throughput.c \
-	lib/bench/perplexity.c lib/bench/experts.c lib/bench/report.c
+	lib/bench/perplexity.c lib/bench/experts.c lib/bench/report.c \
+	lib/bench/budget.c
 
 check_PROGRAMS += tests/unit/t-bench
 TESTS += tests/unit/t-bench

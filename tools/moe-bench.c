@@ -6,6 +6,7 @@
  * and calls one mode; the measuring itself is in libmoecore (bench.h). */
 #include "bench.h"
 #include "cli.h"
+#include "experts.h"
 #include "model.h"
 #include "quant.h"
 
@@ -45,6 +46,10 @@ typedef struct bench_opts {
 	const char *expert_stats, *prompt_file;
 	bool verbose;
 	bool batch_given;
+	const char *mem_budget;     /* --mem-budget LIST (sizes, commas) */
+	const char *expert_profile; /* --expert-profile: warm start */
+	double pin;                 /* --pin FRACTION */
+	int policy;                 /* --policy */
 } bench_opts;
 
 static void help(void)
@@ -92,6 +97,17 @@ static void help(void)
 	       "                        of --perplexity/--kl, or over a greedy generation\n"
 	       "  -f, --prompt-file=FILE  the prompt of that generation (-n tokens generated)\n"
 	       "\n"
+	       "Models larger than RAM:\n"
+	       "      --mem-budget=LIST generate -n tokens (greedy, 8-token prompt) with the\n"
+	       "                        experts streamed under each budget (1536M, 2G, 50%%, ...;\n"
+	       "                        commas between): tokens/s, expert hit rate, lookahead\n"
+	       "                        prediction accuracy, bytes read per token, I/O wait and\n"
+	       "                        the %% of the I/O bound (O_DIRECT disk bandwidth measured\n"
+	       "                        here / bytes read per token)\n"
+	       "      --policy=NAME     expert cache eviction: lfru (default) or lru\n"
+	       "      --expert-profile=FILE  warm start from an --expert-stats profile\n"
+	       "      --pin=FRACTION    with --expert-profile: pin that share of the cache\n"
+	       "\n"
 	       "  -v, --verbose         progress on standard error (default when it is a tty)\n"
 	       "      --help            display this help and exit\n"
 	       "      --version         output version information and exit\n"
@@ -134,7 +150,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		OPT_CHUNKS,
 		OPT_KL_BASE,
 		OPT_KL,
-		OPT_EXPERTS,
+		OPT_EXPERTS, OPT_MEM_BUDGET, OPT_POLICY, OPT_XPROFILE, OPT_PIN,
 		OPT_PARALLEL,
 	};
 	static const struct option longopts[] = {
@@ -159,6 +175,10 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		{"kl-base", required_argument, NULL, OPT_KL_BASE},
 		{"kl", required_argument, NULL, OPT_KL},
 		{"expert-stats", required_argument, NULL, OPT_EXPERTS},
+		{"mem-budget", required_argument, NULL, OPT_MEM_BUDGET},
+		{"policy", required_argument, NULL, OPT_POLICY},
+		{"expert-profile", required_argument, NULL, OPT_XPROFILE},
+		{"pin", required_argument, NULL, OPT_PIN},
 		{"prompt-file", required_argument, NULL, 'f'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, OPT_HELP},
@@ -254,6 +274,21 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		case OPT_KL_BASE: o->kl_base_out = optarg; break;
 		case OPT_KL: o->kl_in = optarg; break;
 		case OPT_EXPERTS: o->expert_stats = optarg; break;
+		case OPT_MEM_BUDGET: o->mem_budget = optarg; break;
+		case OPT_POLICY:
+			if (!strcmp(optarg, "lru"))
+				o->policy = MOE_EXPERTS_LRU;
+			else if (!strcmp(optarg, "lfru"))
+				o->policy = MOE_EXPERTS_LFRU;
+			else
+				usage_error("--policy: lru or lfru, not '%s'", optarg);
+			break;
+		case OPT_XPROFILE: o->expert_profile = optarg; break;
+		case OPT_PIN:
+			o->pin = strtod(optarg, NULL);
+			if (!(o->pin >= 0 && o->pin <= 1))
+				usage_error("--pin: a fraction from 0 to 1");
+			break;
 		case 'f': o->prompt_file = optarg; break;
 		case 'v': o->verbose = true; break;
 		case OPT_HELP: help(); exit(0);
@@ -287,6 +322,10 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		usage_error("--stream-bw and --bw go with throughput tests");
 	if (o->prompt_file && o->gens.n > 1)
 		usage_error("-n takes one value with -f");
+	if ((o->expert_profile || o->pin > 0) && !o->mem_budget)
+		usage_error("--expert-profile and --pin go with --mem-budget");
+	if (o->mem_budget && (quality || o->expert_stats || o->parallel.n || o->n_models != 1))
+		usage_error("--mem-budget takes one model and no other test");
 	if (o->parallel.n && (o->n_pg || o->depths.n > 1 || o->depths.v[0]))
 		usage_error("-np does not go with -pg or -d");
 }
@@ -675,6 +714,66 @@ static int run_expert_gen(const bench_opts *o)
 	return 0;
 }
 
+/* --mem-budget LIST: one cold streamed run per budget. */
+static void run_budgets(const bench_opts *o, moe_bench_env *env)
+{
+	moe_error e = {0};
+	moe_model *m;
+	double load_s, bw = 0;
+	(void)env;
+	load_model(o->models[0], &m, &load_s);
+	if (moe_bench_disk_bw(o->models[0], 512u << 20, &bw, &e) < 0)
+		die_error(&e);
+	uint64_t all = moe_experts_fixed_bytes(m) + moe_experts_total_bytes(m);
+	bool json = o->fmt == MOE_BENCH_JSON || o->fmt == MOE_BENCH_JSONL;
+	json_t *arr = json_array();
+	if (!json)
+		printf("model: %s; weights %.1f MiB (non-expert %.1f MiB); disk %.2f GB/s (O_DIRECT)\n\n"
+		       "| budget MiB | slots | t/s | hit %% | predicted %% | prefetch used %% | MB read/token "
+		       "| I/O wait s | I/O bound t/s | %% of bound |\n"
+		       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+		       o->models[0], (double)all / 1048576, (double)moe_experts_fixed_bytes(m) / 1048576,
+		       bw / 1e9);
+	char *list = strdup(o->mem_budget), *save = NULL;
+	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		moe_budget_params p = {.policy = o->policy, .profile = o->expert_profile,
+				       .pin_fraction = o->pin, .n_prompt = 8, .n_gen = o->gens.v[0],
+				       .n_threads = o->threads.v[0], .disk_bw = bw};
+		moe_budget_row r;
+		if (moe_experts_parse_size(tok, all, &p.budget, &e) < 0 ||
+		    moe_bench_budget(m, &p, &r, &e) < 0)
+			die_error(&e);
+		double pct = r.io_bound_tok_s > 0 ? 100.0 * r.tok_s / r.io_bound_tok_s : 0;
+		if (json)
+			json_array_append_new(
+				arr, json_pack("{s:s, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+					       "s:f, s:b, s:s}",
+					       "model", o->models[0], "budget_bytes", (json_int_t)r.budget,
+					       "slots", (json_int_t)r.slots, "n_gen", r.n_gen, "tok_s",
+					       r.tok_s, "hit_rate", r.hit_rate, "prediction_accuracy",
+					       r.prediction, "prefetch_used", r.prefetch_used,
+					       "bytes_read_per_token", r.bytes_per_token, "io_wait_s",
+					       r.io_wait_s, "disk_bw_bytes_s", bw, "io_bound_tok_s",
+					       r.io_bound_tok_s, "pct_of_io_bound", pct, "o_direct",
+					       r.direct, "policy", o->policy ? "lru" : "lfru"));
+		else
+			printf("| %.0f | %llu | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.0f |\n",
+			       (double)r.budget / 1048576, (unsigned long long)r.slots, r.tok_s,
+			       100 * r.hit_rate, 100 * r.prediction, 100 * r.prefetch_used,
+			       r.bytes_per_token / 1e6, r.io_wait_s, r.io_bound_tok_s, pct);
+		fflush(stdout);
+	}
+	free(list);
+	if (json) {
+		char *txt = json_dumps(arr, JSON_INDENT(2));
+		if (txt)
+			puts(txt);
+		free(txt);
+	}
+	json_decref(arr);
+	moe_model_free(m);
+}
+
 int main(int argc, char **argv)
 {
 	bench_opts o;
@@ -684,7 +783,9 @@ int main(int argc, char **argv)
 	cli_init(argv[0]);
 	parse_args(argc, argv, &o);
 	env_init(&env, cpu, sizeof cpu);
-	if (o.ppl_file || o.kl_in)
+	if (o.mem_budget)
+		run_budgets(&o, &env);
+	else if (o.ppl_file || o.kl_in)
 		run_quality(&o);
 	else if (o.expert_stats)
 		run_expert_gen(&o);
