@@ -7,3 +7,5 @@ check_PROGRAMS += tests/unit/t-experts
 TESTS += tests/unit/t-experts
 tests_unit_t_experts_LDADD = $(MOE_LIBS)
 tests_unit_t_experts_CPPFLAGS = $(AM_CPPFLAGS) -DMOE_SRC_SHAREDIR='"$(abs_top_srcdir)/share"'
+TESTS += tests/cli/t1000-stream.sh tests/cli/t1010-stream-cgroup.sh
+EXTRA_DIST += tests/cli/t1000-stream.sh tests/cli/t1010-stream-cgroup.sh

@@ -133,7 +133,8 @@ static void help(void)
 	       "      --prompt-cache=FILE  reuse the KV state of a prompt that starts the same\n"
 	       "                        way from FILE, and save this prompt's there\n"
 	       "      --kv-type=TYPE    KV cache type: f16 (default) or q8_0\n"
-	       "      --mem-budget=SIZE weights in memory at most SIZE (e.g. 1536M, 2G, 50%%):\n"
+	       "      --mem-budget=SIZE weights in memory at most SIZE (e.g. 1536M, 2G, 50%%,\n"
+	       "                        min = one layer of experts cached):\n"
 	       "                        the dense weights stay resident, the rest is a cache\n"
 	       "                        of experts read from the file with O_DIRECT\n"
 	       "      --verify-reads    with --mem-budget: check each expert read (xxh3)\n"
@@ -981,8 +982,13 @@ static void open_model(const run_opts *o, run_model *m)
 	if (o->mem_budget) {
 		moe_experts_params xp = {.verify_reads = o->verify_reads};
 		uint64_t all = moe_experts_fixed_bytes(m->model) + moe_experts_total_bytes(m->model);
-		if (moe_experts_parse_size(o->mem_budget, all, &xp.budget, &e) < 0 ||
-		    moe_experts_open(&m->experts, m->model, &xp, &e) < 0)
+		if (!strcmp(o->mem_budget, "min"))
+			/* the smallest cache allowed: one layer of experts */
+			xp.budget = moe_experts_fixed_bytes(m->model) +
+				    m->model->hp.n_expert * moe_experts_slot_bytes(m->model);
+		else if (moe_experts_parse_size(o->mem_budget, all, &xp.budget, &e) < 0)
+			die_error(&e);
+		if (moe_experts_open(&m->experts, m->model, &xp, &e) < 0)
 			die_error(&e);
 	}
 	moe_engine_params ep = {.kv_size = o->n_ctx, .n_threads = o->threads,

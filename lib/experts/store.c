@@ -767,12 +767,15 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	}
 	for (size_t i = 0; i < s->n_slots; i++)
 		s->slots[i].key = -1;
-	/* the map's expert pages are never touched now; keep readahead of the
-	 * dense part from pulling them into the page cache */
-	for (size_t k = 0; k < nk; k++)
-		if (s->spans[k].len)
-			madvise((void *)(u->map + s->spans[k].off), round_up(s->spans[k].len, 4096),
-				MADV_RANDOM);
+	/* The map's expert pages are never touched now.  Readahead on a fault
+	 * in the dense part would pull neighbouring expert pages into the page
+	 * cache (megabytes per fault): no readahead on the map, and the dense
+	 * tensors, exactly, asked for ahead instead. */
+	madvise((void *)u->map, round_up(u->file_size, 4096), MADV_RANDOM);
+	for (uint64_t t = 0; t < u->n_tensors; t++)
+		if (u->tensors[t].expert == MOE_UTH_NONE && u->tensors[t].size)
+			madvise((void *)(u->map + u->tensors[t].offset),
+				round_up(u->tensors[t].size, 4096), MADV_WILLNEED);
 	s->fd = p->buffered ? -1 : open(s->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	s->direct = s->fd >= 0;
 	if (s->fd < 0) {
@@ -790,6 +793,11 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 		rc = moe_err(e, MOE_EIO, "%s: the model file changed since it was opened", s->path);
 		goto fail;
 	}
+	/* expert pages that the model's loading read ahead are not ours to keep */
+	for (size_t k = 0; k < nk; k++)
+		if (s->spans[k].len)
+			posix_fadvise(s->fd, (off_t)s->spans[k].off, (off_t)s->spans[k].len,
+				      POSIX_FADV_DONTNEED);
 	s->depth = 64;
 	if (!p->no_uring) {
 		int r = io_uring_queue_init(s->depth, &s->ring, 0);
