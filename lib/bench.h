@@ -393,18 +393,23 @@ int moe_ppl_report(FILE *f, moe_bench_format fmt, const moe_ppl_row *rows, size_
 int moe_bench_disk_bw(const char *path, uint64_t max_bytes, double *bw, moe_error *e);
 
 typedef struct moe_budget_params {
-	uint64_t budget;       /* bytes, as --mem-budget */
+	uint64_t budget;       /* bytes, as --mem-budget; 0: the resident store */
 	int policy;            /* enum moe_experts_policy */
 	const char *profile;   /* warm start (moe-bench --expert-stats) or NULL */
 	double pin_fraction;
+	bool no_prefetch;
 	int n_prompt, n_gen, n_threads;
 	double disk_bw;        /* bytes/s for the I/O bound (0: none) */
+	const int32_t *ids;    /* a text fed one token at a time (n_ids >= n_prompt + n_gen
+				* + 1), or NULL: random ids as llama-bench's tg */
+	size_t n_ids;
+	uint64_t seed;
 } moe_budget_params;
 
 typedef struct moe_budget_row {
 	uint64_t budget, slots;
 	int n_gen;
-	double tok_s;           /* greedy generation after an n_prompt prompt */
+	double tok_s;           /* n_gen single tokens after an n_prompt prompt */
 	double hit_rate, prediction, prefetch_used; /* fractions */
 	double bytes_per_token; /* read from the disk */
 	double io_wait_s;
@@ -412,7 +417,8 @@ typedef struct moe_budget_row {
 	bool direct;
 } moe_budget_row;
 
-/* Generate with the streamed expert store under p->budget (a fresh, cold
+/* Evaluate n_prompt tokens, then time n_gen single tokens (the text's, else
+ * random ids) with the streamed expert store under p->budget (a fresh, cold
  * cache) and fill row.  Errors of the store or the engine. */
 int moe_bench_budget(const moe_model *m, const moe_budget_params *p, moe_budget_row *row,
 		     moe_error *e);

@@ -48,6 +48,7 @@ typedef struct moe_experts_params {
 	bool verify_reads;      /* check each read tensor against its xxh3 */
 	bool buffered;          /* do not try O_DIRECT */
 	bool no_uring;          /* synchronous pread instead of io_uring */
+	bool no_prefetch;       /* ignore the router lookahead's hints */
 	const char *profile;    /* moe-bench --expert-stats JSON: warm start + pin, or NULL */
 	double pin_fraction;    /* of the cache pinned with the profile's hottest (0: none) */
 } moe_experts_params;

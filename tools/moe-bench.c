@@ -50,6 +50,7 @@ typedef struct bench_opts {
 	const char *expert_profile; /* --expert-profile: warm start */
 	double pin;                 /* --pin FRACTION */
 	int policy;                 /* --policy */
+	bool no_prefetch;           /* --no-prefetch */
 } bench_opts;
 
 static void help(void)
@@ -98,15 +99,18 @@ static void help(void)
 	       "  -f, --prompt-file=FILE  the prompt of that generation (-n tokens generated)\n"
 	       "\n"
 	       "Models larger than RAM:\n"
-	       "      --mem-budget=LIST generate -n tokens (greedy, 8-token prompt) with the\n"
+	       "      --mem-budget=LIST after 8 prompt tokens, -n single tokens (random ids, or\n"
+	       "                        the text of -f FILE) with the\n"
 	       "                        experts streamed under each budget (1536M, 2G, 50%%, ...;\n"
-	       "                        commas between): tokens/s, expert hit rate, lookahead\n"
+	       "                        commas between; 'resident': no streaming): tokens/s,\n"
+	       "                        expert hit rate, lookahead\n"
 	       "                        prediction accuracy, bytes read per token, I/O wait and\n"
 	       "                        the %% of the I/O bound (O_DIRECT disk bandwidth measured\n"
 	       "                        here / bytes read per token)\n"
 	       "      --policy=NAME     expert cache eviction: lfru (default) or lru\n"
 	       "      --expert-profile=FILE  warm start from an --expert-stats profile\n"
 	       "      --pin=FRACTION    with --expert-profile: pin that share of the cache\n"
+	       "      --no-prefetch     no router-lookahead prefetch (for comparison)\n"
 	       "\n"
 	       "  -v, --verbose         progress on standard error (default when it is a tty)\n"
 	       "      --help            display this help and exit\n"
@@ -150,7 +154,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		OPT_CHUNKS,
 		OPT_KL_BASE,
 		OPT_KL,
-		OPT_EXPERTS, OPT_MEM_BUDGET, OPT_POLICY, OPT_XPROFILE, OPT_PIN,
+		OPT_EXPERTS, OPT_MEM_BUDGET, OPT_POLICY, OPT_XPROFILE, OPT_PIN, OPT_NO_PREFETCH,
 		OPT_PARALLEL,
 	};
 	static const struct option longopts[] = {
@@ -179,6 +183,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		{"policy", required_argument, NULL, OPT_POLICY},
 		{"expert-profile", required_argument, NULL, OPT_XPROFILE},
 		{"pin", required_argument, NULL, OPT_PIN},
+		{"no-prefetch", no_argument, NULL, OPT_NO_PREFETCH},
 		{"prompt-file", required_argument, NULL, 'f'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, OPT_HELP},
@@ -284,6 +289,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 				usage_error("--policy: lru or lfru, not '%s'", optarg);
 			break;
 		case OPT_XPROFILE: o->expert_profile = optarg; break;
+		case OPT_NO_PREFETCH: o->no_prefetch = true; break;
 		case OPT_PIN:
 			o->pin = strtod(optarg, NULL);
 			if (!(o->pin >= 0 && o->pin <= 1))
@@ -310,7 +316,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 	if (o->expert_stats && !quality && !o->prompt_file)
 		usage_error(
 			"--expert-stats needs a text: --perplexity FILE, --kl BASE or -f PROMPT");
-	if (o->prompt_file && (!o->expert_stats || quality))
+	if (o->prompt_file && ((!o->expert_stats && !o->mem_budget) || quality))
 		usage_error("-f gives the prompt of an --expert-stats generation");
 	if (quality_opt && !quality)
 		usage_error("-c and --chunks go with --perplexity or --kl");
@@ -734,13 +740,29 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 		       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
 		       o->models[0], (double)all / 1048576, (double)moe_experts_fixed_bytes(m) / 1048576,
 		       bw / 1e9);
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	int n_prompt = 8, n_gen = o->gens.v[0];
+	if (o->prompt_file) {
+		size_t len;
+		char *text = read_text(o->prompt_file, &len);
+		if (!m->tok || moe_tokenizer_encode(m->tok, text, len, true, false, &ids, &n_ids, &e) < 0)
+			die("%s: %s", o->prompt_file, m->tok ? e.msg : "the model has no tokenizer");
+		free(text);
+		if (n_ids < 16)
+			die("%s: too short (%zu tokens)", o->prompt_file, n_ids);
+		if ((size_t)n_gen + 9 > n_ids)
+			n_gen = (int)n_ids - 9;
+	}
 	char *list = strdup(o->mem_budget), *save = NULL;
 	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		moe_budget_params p = {.policy = o->policy, .profile = o->expert_profile,
-				       .pin_fraction = o->pin, .n_prompt = 8, .n_gen = o->gens.v[0],
-				       .n_threads = o->threads.v[0], .disk_bw = bw};
+				       .pin_fraction = o->pin, .no_prefetch = o->no_prefetch,
+				       .n_prompt = n_prompt, .n_gen = n_gen,
+				       .n_threads = o->threads.v[0], .disk_bw = bw, .ids = ids,
+				       .n_ids = n_ids, .seed = o->seed};
 		moe_budget_row r;
-		if (moe_experts_parse_size(tok, all, &p.budget, &e) < 0 ||
+		if ((strcmp(tok, "resident") && moe_experts_parse_size(tok, all, &p.budget, &e) < 0) ||
 		    moe_bench_budget(m, &p, &r, &e) < 0)
 			die_error(&e);
 		double pct = r.io_bound_tok_s > 0 ? 100.0 * r.tok_s / r.io_bound_tok_s : 0;
@@ -764,6 +786,7 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 		fflush(stdout);
 	}
 	free(list);
+	free(ids);
 	if (json) {
 		char *txt = json_dumps(arr, JSON_INDENT(2));
 		if (txt)

@@ -59,44 +59,46 @@ int moe_bench_budget(const moe_model *m, const moe_budget_params *p, moe_budget_
 		     moe_error *e)
 {
 	moe_experts_params xp = {.budget = p->budget, .policy = p->policy, .profile = p->profile,
-				 .pin_fraction = p->pin_fraction};
+				 .pin_fraction = p->pin_fraction, .no_prefetch = p->no_prefetch};
 	moe_expert_store *st = NULL;
 	moe_engine *eng = NULL;
 	moe_seq *seq = NULL;
 	float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
 	if (!logits)
 		return moe_err(e, MOE_ENOMEM, "out of memory");
-	int rc = moe_experts_open(&st, m, &xp, e);
+	if (p->ids && p->n_ids < (size_t)p->n_prompt + (size_t)p->n_gen + 1) {
+		free(logits);
+		return moe_err(e, MOE_EINVAL, "the text has %zu tokens; %d are needed", p->n_ids,
+			       p->n_prompt + p->n_gen + 1);
+	}
+	/* budget 0: the resident store, for comparison */
+	int rc = p->budget ? moe_experts_open(&st, m, &xp, e) : 0;
 	moe_engine_params ep = {.kv_size = p->n_prompt + p->n_gen + 2, .n_threads = p->n_threads,
 				.experts = st};
 	if (rc == 0 && (rc = moe_engine_new(&eng, m, &ep, e)) == 0)
 		rc = moe_seq_new(&seq, eng, e);
-	/* a fixed prompt of n_prompt ids, then greedy generation: real routing */
-	int32_t tok = 0;
-	if (rc == 0) {
-		int32_t *ids = malloc((size_t)p->n_prompt * sizeof *ids);
-		if (!ids)
-			rc = moe_err(e, MOE_ENOMEM, "out of memory");
-		for (int i = 0; rc == 0 && i < p->n_prompt; i++)
-			ids[i] = (int32_t)((1 + (uint64_t)i * 7919) % m->hp.n_vocab);
-		if (rc == 0)
-			rc = moe_seq_eval(seq, ids, (size_t)p->n_prompt, logits, false, e);
-		free(ids);
+	/* the text's tokens, or random ids (a fixed seed: the same for every budget) */
+	uint64_t rng = p->seed ? p->seed : 1;
+	int32_t *ids = malloc(((size_t)p->n_prompt + (size_t)p->n_gen + 1) * sizeof *ids);
+	if (!ids && rc == 0)
+		rc = moe_err(e, MOE_ENOMEM, "out of memory");
+	for (int i = 0; rc == 0 && i < p->n_prompt + p->n_gen + 1; i++) {
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		ids[i] = p->ids ? p->ids[i] : (int32_t)((rng >> 33) % m->hp.n_vocab);
 	}
 	if (rc == 0)
+		rc = moe_seq_eval(seq, ids, (size_t)p->n_prompt, logits, false, e);
+	if (rc == 0 && st)
 		moe_experts_reset_stats(st);
 	double t0 = moe_time_now();
-	for (int i = 0; rc == 0 && i < p->n_gen; i++) {
-		uint32_t best = 0;
-		for (uint32_t v = 1; v < m->hp.n_vocab; v++)
-			best = logits[v] > logits[best] ? v : best;
-		tok = (int32_t)best;
-		rc = moe_seq_eval(seq, &tok, 1, logits, false, e);
-	}
+	for (int i = 0; rc == 0 && i < p->n_gen; i++)
+		rc = moe_seq_eval(seq, ids + p->n_prompt + i, 1, logits, false, e);
+	free(ids);
 	double dt = moe_time_now() - t0;
 	if (rc == 0) {
-		moe_experts_stats s;
-		moe_experts_get_stats(st, &s);
+		moe_experts_stats s = {.requests = 1, .hits = 1, .direct = true};
+		if (st)
+			moe_experts_get_stats(st, &s);
 		*row = (moe_budget_row){.budget = p->budget, .slots = s.slots, .n_gen = p->n_gen,
 					.tok_s = p->n_gen / dt,
 					.hit_rate = s.requests ? (double)s.hits / (double)s.requests : 0,

@@ -631,6 +631,25 @@ out:
 	return rc;
 }
 
+/* Everything fits: read every expert now, in file order, so that running
+ * costs what the resident store costs. */
+static int load_all(store *s, moe_error *e)
+{
+	size_t nk = (size_t)s->n_layer * (size_t)s->n_expert;
+	for (size_t k = 0; k < nk && !s->err; k++) {
+		size_t v;
+		if (!s->spans[k].len || claim(s, (int32_t)k, &v) < 0)
+			continue;
+		start_read(s, v);
+		if (s->inflight >= s->depth / 2)
+			submit(s), reap_one(s, true);
+	}
+	submit(s);
+	while (s->inflight && !s->err)
+		reap_one(s, true);
+	return s->err ? moe_err(e, s->err, "%s", s->err_msg) : 0;
+}
+
 /* ------------------------------------------------------------ open/close */
 
 void moe_experts_close(moe_expert_store *pub)
@@ -688,7 +707,7 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	s->fd = -1;
 	s->m = m;
 	s->p = *p;
-	s->pub = (moe_expert_store){st_acquire, st_release, s, st_prefetch};
+	s->pub = (moe_expert_store){st_acquire, st_release, s, p->no_prefetch ? NULL : st_prefetch};
 	s->n_layer = (int)hp->n_layer;
 	s->n_expert = (int)hp->n_expert;
 	s->half_life = 8.0 * s->n_layer;
@@ -813,6 +832,8 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	s->st.slot_bytes = s->slot_bytes;
 	if (p->profile && (rc = warm_start(s, e)) < 0)
 		goto fail;
+	if (!p->profile && s->n_slots == s->st.n_layer_experts && (rc = load_all(s, e)) < 0)
+		goto fail;
 	moe_experts_reset_stats(&s->pub);
 	*out = &s->pub;
 	return 0;
@@ -838,6 +859,8 @@ void moe_experts_reset_stats(moe_expert_store *pub)
 	s->st.slots = k.slots, s->st.slot_bytes = k.slot_bytes, s->st.fixed_bytes = k.fixed_bytes;
 	s->st.expert_bytes = k.expert_bytes, s->st.n_layer_experts = k.n_layer_experts;
 	s->st.direct = s->direct, s->st.uring = s->uring;
+	for (size_t i = 0; i < s->n_slots; i++)
+		s->slots[i].by_prefetch = false; /* counted with the old figures */
 	pthread_mutex_unlock(&s->mu);
 }
 
