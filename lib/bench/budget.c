@@ -15,7 +15,7 @@ int moe_bench_disk_bw(const char *path, uint64_t max_bytes, double *bw, moe_erro
 {
 	/* 4 MiB O_DIRECT reads from the middle of the file (the experts),
 	 * sequential, as the store's reads are about an expert's size */
-	const size_t blk = 4u << 20;
+	size_t blk = 4u << 20;
 	int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	bool direct = fd >= 0;
 	if (fd < 0)
@@ -23,6 +23,13 @@ int moe_bench_disk_bw(const char *path, uint64_t max_bytes, double *bw, moe_erro
 	if (fd < 0)
 		return moe_err(e, MOE_EIO, "%s: %s", path, strerror(errno));
 	off_t size = lseek(fd, 0, SEEK_END);
+	/* a small file: smaller reads, from its start */
+	if (size >= 0 && (uint64_t)size < 16 * (uint64_t)blk)
+		blk = (size_t)(size / 16 / 4096 * 4096);
+	if (blk == 0) {
+		close(fd);
+		return moe_err(e, MOE_EIO, "%s: too small to measure the disk", path);
+	}
 	void *buf = mmap(NULL, blk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (buf == MAP_FAILED) {
 		close(fd);

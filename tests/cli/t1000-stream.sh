@@ -58,4 +58,21 @@ for f in eio:3 short:3; do
 	grep -Eq "(Input/output error|short read).*expert|expert.*(Input/output error|short read)" \
 		"$T/err"; ok $? "... with a clear message: $(cat "$T/err")"
 done
+# moe-bench --mem-budget: one JSON object per budget with the figures
+"$BIN/moe-bench" -m "$M" --mem-budget 90%,resident -n 8 -o json > "$T/b.json" 2>"$T/err"
+ok $? "moe-bench --mem-budget 90%,resident -o json"
+$PYTHON3 - "$T/b.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 2, rows
+s, r = rows
+for k in ("tok_s", "hit_rate", "prediction_accuracy", "bytes_read_per_token", "io_wait_s",
+          "pct_of_io_bound", "disk_bw_bytes_s", "slots"):
+    assert k in s, k
+assert s["tok_s"] > 0 and 0 <= s["hit_rate"] <= 1 and 0 <= s["prediction_accuracy"] <= 1
+assert s["disk_bw_bytes_s"] > 0 and s["slots"] > 0 and r["slots"] == 0 and r["hit_rate"] == 1
+PY
+ok $? "... with tokens/s, hit rate, prediction accuracy, bytes/token, % of the I/O bound"
+"$BIN/moe-bench" -m "$M" --mem-budget 1K -n 4 2>"$T/err" >/dev/null; is $? 1 "moe-bench: budget too small: failure"
+"$BIN/moe-bench" -m "$M" --mem-budget 90% --policy mru 2>/dev/null >/dev/null; is $? 2 "--policy mru: usage error"
 done_testing
