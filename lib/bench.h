@@ -423,4 +423,35 @@ typedef struct moe_budget_row {
 int moe_bench_budget(const moe_model *m, const moe_budget_params *p, moe_budget_row *row,
 		     moe_error *e);
 
+/* ----------------------------------------------------- fit planner (plan.c) */
+
+/* MemAvailable of /proc/meminfo in bytes (0 if unknown). */
+uint64_t moe_bench_mem_available(void);
+
+typedef struct moe_plan_params {
+	double mem_bw, disk_bw;   /* bytes/s, measured */
+	uint64_t mem_available;   /* bytes */
+	const char *profile;      /* --expert-stats output, or NULL (uniform routing) */
+} moe_plan_params;
+
+typedef struct moe_plan_row {
+	uint64_t budget, slots;
+	double hit_rate, read_per_token, tok_s; /* predicted */
+	bool fits;                /* within the available memory */
+	bool is_fit;              /* the largest budget that fits */
+} moe_plan_row;
+
+typedef struct moe_plan {
+	uint64_t fixed, experts, slot; /* bytes: non-expert weights, all experts, one slot */
+	double active;                 /* bytes of weights per token */
+	moe_plan_row rows[6];
+	int n;
+	uint64_t recommended;          /* --mem-budget, 0: the model does not fit */
+} moe_plan;
+
+/* Predict tokens/s at a few budgets (one layer of experts, 25/50/75/100% of
+ * them, the largest that fits) and recommend one.  MOE_EINVAL for a dense
+ * model, MOE_EFORMAT for a bad profile. */
+int moe_bench_plan(const moe_model *m, const moe_plan_params *p, moe_plan *out, moe_error *e);
+
 #endif

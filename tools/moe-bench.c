@@ -51,6 +51,7 @@ typedef struct bench_opts {
 	double pin;                 /* --pin FRACTION */
 	int policy;                 /* --policy */
 	bool no_prefetch;           /* --no-prefetch */
+	bool plan;                  /* --plan */
 } bench_opts;
 
 static void help(void)
@@ -111,6 +112,9 @@ static void help(void)
 	       "      --expert-profile=FILE  warm start from an --expert-stats profile\n"
 	       "      --pin=FRACTION    with --expert-profile: pin that share of the cache\n"
 	       "      --no-prefetch     no router-lookahead prefetch (for comparison)\n"
+	       "      --plan            measure this machine (available memory, memory and disk\n"
+	       "                        bandwidth) and predict tokens/s at a few budgets, with\n"
+	       "                        the routing of --expert-profile if given; recommend one\n"
 	       "\n"
 	       "  -v, --verbose         progress on standard error (default when it is a tty)\n"
 	       "      --help            display this help and exit\n"
@@ -154,7 +158,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		OPT_CHUNKS,
 		OPT_KL_BASE,
 		OPT_KL,
-		OPT_EXPERTS, OPT_MEM_BUDGET, OPT_POLICY, OPT_XPROFILE, OPT_PIN, OPT_NO_PREFETCH,
+		OPT_EXPERTS, OPT_MEM_BUDGET, OPT_POLICY, OPT_XPROFILE, OPT_PIN, OPT_NO_PREFETCH, OPT_PLAN,
 		OPT_PARALLEL,
 	};
 	static const struct option longopts[] = {
@@ -184,6 +188,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		{"expert-profile", required_argument, NULL, OPT_XPROFILE},
 		{"pin", required_argument, NULL, OPT_PIN},
 		{"no-prefetch", no_argument, NULL, OPT_NO_PREFETCH},
+		{"plan", no_argument, NULL, OPT_PLAN},
 		{"prompt-file", required_argument, NULL, 'f'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, OPT_HELP},
@@ -290,6 +295,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 			break;
 		case OPT_XPROFILE: o->expert_profile = optarg; break;
 		case OPT_NO_PREFETCH: o->no_prefetch = true; break;
+		case OPT_PLAN: o->plan = true; break;
 		case OPT_PIN:
 			o->pin = strtod(optarg, NULL);
 			if (!(o->pin >= 0 && o->pin <= 1))
@@ -328,8 +334,10 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		usage_error("--stream-bw and --bw go with throughput tests");
 	if (o->prompt_file && o->gens.n > 1)
 		usage_error("-n takes one value with -f");
-	if ((o->expert_profile || o->pin > 0) && !o->mem_budget)
-		usage_error("--expert-profile and --pin go with --mem-budget");
+	if (o->plan && (o->mem_budget || quality || o->expert_stats || o->n_models != 1))
+		usage_error("--plan takes one model and no other test");
+	if ((o->expert_profile || o->pin > 0) && !o->mem_budget && !(o->plan && !o->pin))
+		usage_error("--expert-profile and --pin go with --mem-budget (--plan takes a profile)");
 	if (o->mem_budget && (quality || o->expert_stats || o->parallel.n || o->n_models != 1))
 		usage_error("--mem-budget takes one model and no other test");
 	if (o->parallel.n && (o->n_pg || o->depths.n > 1 || o->depths.v[0]))
@@ -720,6 +728,46 @@ static int run_expert_gen(const bench_opts *o)
 	return 0;
 }
 
+/* --plan: the fit planner. */
+static void run_plan(const bench_opts *o)
+{
+	moe_error e = {0};
+	moe_model *m;
+	double load_s;
+	load_model(o->models[0], &m, &load_s);
+	moe_stream_result sr;
+	moe_plan_params pp = {.mem_available = moe_bench_mem_available(),
+			      .profile = o->expert_profile};
+	if (moe_bench_stream(256u << 20, o->threads.v[0], 3, &sr, &e) < 0 ||
+	    moe_bench_disk_bw(o->models[0], 512u << 20, &pp.disk_bw, &e) < 0)
+		die_error(&e);
+	pp.mem_bw = sr.read_gbs * 1e9;
+	moe_plan pl;
+	if (moe_bench_plan(m, &pp, &pl, &e) < 0)
+		die_error(&e);
+	printf("model: %s: %.1f MiB of weights, %.1f MiB non-expert, %.2f MiB per expert slot, "
+	       "%.1f MiB read per token\n"
+	       "machine: %.1f MiB available, memory %.1f GB/s (read, %d threads), disk %.2f GB/s "
+	       "(O_DIRECT)\nrouting: %s\n\n"
+	       "| --mem-budget | slots | hit %% | MB read/token | predicted t/s | fits |\n"
+	       "|---:|---:|---:|---:|---:|:---|\n",
+	       o->models[0], (double)(pl.fixed + pl.experts) / 1048576, (double)pl.fixed / 1048576,
+	       (double)pl.slot / 1048576, pl.active / 1048576, (double)pp.mem_available / 1048576,
+	       sr.read_gbs, sr.n_threads, pp.disk_bw / 1e9,
+	       o->expert_profile ? o->expert_profile : "uniform (no --expert-profile)");
+	for (int i = 0; i < pl.n; i++) {
+		const moe_plan_row *r = &pl.rows[i];
+		printf("| %.0fM | %llu | %.1f | %.1f | %.2f | %s |\n", (double)r->budget / 1048576,
+		       (unsigned long long)r->slots, 100 * r->hit_rate, r->read_per_token / 1e6, r->tok_s,
+		       r->is_fit ? "largest that fits" : r->fits ? "yes" : "no");
+	}
+	if (pl.recommended)
+		printf("\nrecommended: --mem-budget %.0fM\n", (double)pl.recommended / 1048576);
+	else
+		printf("\nthe model does not fit in the available memory, even streamed\n");
+	moe_model_free(m);
+}
+
 /* --mem-budget LIST: one cold streamed run per budget. */
 static void run_budgets(const bench_opts *o, moe_bench_env *env)
 {
@@ -806,7 +854,9 @@ int main(int argc, char **argv)
 	cli_init(argv[0]);
 	parse_args(argc, argv, &o);
 	env_init(&env, cpu, sizeof cpu);
-	if (o.mem_budget)
+	if (o.plan)
+		run_plan(&o);
+	else if (o.mem_budget)
 		run_budgets(&o, &env);
 	else if (o.ppl_file || o.kl_in)
 		run_quality(&o);

@@ -75,4 +75,9 @@ PY
 ok $? "... with tokens/s, hit rate, prediction accuracy, bytes/token, % of the I/O bound"
 "$BIN/moe-bench" -m "$M" --mem-budget 1K -n 4 2>"$T/err" >/dev/null; is $? 1 "moe-bench: budget too small: failure"
 "$BIN/moe-bench" -m "$M" --mem-budget 90% --policy mru 2>/dev/null >/dev/null; is $? 2 "--policy mru: usage error"
+# moe-bench --plan: predictions for a few budgets and a recommendation
+"$BIN/moe-bench" -m "$M" --plan > "$T/plan.txt" 2>"$T/err"; ok $? "moe-bench --plan"
+grep -q "^recommended: --mem-budget [0-9]*M" "$T/plan.txt" && grep -q "largest that fits" "$T/plan.txt"
+ok $? "... recommends a budget"
+"$BIN/moe-bench" -m "$T/dense.uth" --plan >/dev/null 2>"$T/err"; is $? 1 "--plan on a dense model: failure"
 done_testing
