@@ -228,6 +228,8 @@ static void do_pread(store *s, size_t i)
 	read_done(s, i, res);
 }
 
+static void submit(store *s);
+
 /* Block until one completion arrives (or none are in flight) and handle it. */
 static void reap_one(store *s, bool wait)
 {
@@ -236,6 +238,8 @@ static void reap_one(store *s, bool wait)
 	struct io_uring_cqe *cqe;
 	int r;
 	if (wait) {
+		/* reads prepared but not yet submitted would never complete */
+		submit(s);
 		double t0 = moe_time_now();
 		do
 			r = io_uring_wait_cqe(&s->ring, &cqe);

@@ -133,6 +133,52 @@ int main(void)
 			moe_experts_close(st);
 		}
 
+	/* warm start and pinning from a profile (expert x of layer l chosen
+	 * x + l times): the cache starts full, the pinned experts stay */
+	{
+		char prof[] = "/tmp/t-experts-prof.XXXXXX";
+		int pfd = mkstemp(prof);
+		FILE *f = pfd >= 0 ? fdopen(pfd, "w") : NULL;
+		if (f) {
+			fprintf(f, "{\"format\": \"moe-expert-stats\", \"n_layer\": %u, \"n_expert\": %u, "
+				   "\"layers\": [", m->hp.n_layer, m->hp.n_expert);
+			for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+				fprintf(f, "%s{\"layer\": %u, \"counts\": [", l ? ", " : "", l);
+				for (uint32_t x = 0; x < m->hp.n_expert; x++)
+					fprintf(f, "%s%u", x ? ", " : "", x + l);
+				fprintf(f, "]}");
+			}
+			fprintf(f, "]}\n");
+			fclose(f);
+		}
+		moe_expert_store *st = NULL;
+		moe_experts_params p = {.budget = fixed + slots[2] * slot, .profile = prof,
+					.pin_fraction = 0.25};
+		int rc = moe_experts_open(&st, m, &p, &e);
+		moe_experts_stats s0 = {0}, s = {0};
+		if (rc == 0) {
+			moe_experts_get_stats(st, &s0);
+			rc = run(m, st, got, &e);
+			moe_experts_get_stats(st, &s);
+		}
+		ok(rc == 0 && !memcmp(got, ref, nl * sizeof *got) && s0.reads == 0 &&
+		   s.hits > 0, "warm start + pin from a profile: same logits (%s; %llu hits of %llu)",
+		   rc ? e.msg : "ok", (unsigned long long)s.hits, (unsigned long long)s.requests);
+		moe_experts_close(st);
+		/* a profile of another shape is refused */
+		FILE *g = fopen(prof, "w");
+		if (g) {
+			fprintf(g, "{\"n_layer\": 99, \"n_expert\": 3, \"layers\": []}");
+			fclose(g);
+		}
+		st = NULL;
+		e = (moe_error){0};
+		ok(moe_experts_open(&st, m, &p, &e) == MOE_EFORMAT && !st &&
+		   strstr(e.msg, "not a moe-bench --expert-stats profile"), "a profile of another model: %s",
+		   e.msg);
+		unlink(prof);
+	}
+
 	/* buffered reads and synchronous pread */
 	for (int mode = 0; mode < 2; mode++) {
 		moe_expert_store *st;
