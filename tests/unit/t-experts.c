@@ -28,7 +28,7 @@ enum { N_PROMPT = 24, N_DECODE = 16 };
 static int run(moe_model *m, moe_expert_store *store, float *logits, moe_error *e)
 {
 	moe_engine *eng;
-	moe_seq *s;
+	moe_seq *s = NULL;
 	int nv = (int)m->hp.n_vocab;
 	int32_t ids[N_PROMPT + N_DECODE];
 	for (int i = 0; i < N_PROMPT + N_DECODE; i++)
@@ -42,8 +42,7 @@ static int run(moe_model *m, moe_expert_store *store, float *logits, moe_error *
 	for (int i = 0; rc == 0 && i < N_DECODE; i++)
 		rc = moe_seq_eval(s, ids + N_PROMPT + i, 1, logits + (size_t)(N_PROMPT + i) * nv, false,
 				  e);
-	if (rc == 0)
-		moe_seq_free(s);
+	moe_seq_free(s);
 	moe_engine_free(eng);
 	return rc;
 }
