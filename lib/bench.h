@@ -413,5 +413,72 @@ typedef struct moe_endpoint_result {
 /* MOE_EINVAL for a bad URL or parameters, MOE_ENET when every request
  * failed (first_error says why); single failures are counted. */
 int moe_bench_endpoint_run(const moe_endpoint_params *p, moe_endpoint_result *r, moe_error *e);
+/* ------------------------------------------------- memory budgets (budget.c) */
+
+/* O_DIRECT sequential read bandwidth (bytes/s) of the file's disk over at
+ * most max_bytes (4 MiB reads from a quarter into the file). */
+int moe_bench_disk_bw(const char *path, uint64_t max_bytes, double *bw, moe_error *e);
+
+typedef struct moe_budget_params {
+	uint64_t budget;       /* bytes, as --mem-budget; 0: the resident store */
+	int policy;            /* enum moe_experts_policy */
+	const char *profile;   /* warm start (moe-bench --expert-stats) or NULL */
+	double pin_fraction;
+	bool no_prefetch;
+	int n_prompt, n_gen, n_threads;
+	double disk_bw;        /* bytes/s for the I/O bound (0: none) */
+	const int32_t *ids;    /* a text fed one token at a time (n_ids >= n_prompt + n_gen
+				* + 1), or NULL: random ids as llama-bench's tg */
+	size_t n_ids;
+	uint64_t seed;
+} moe_budget_params;
+
+typedef struct moe_budget_row {
+	uint64_t budget, slots;
+	int n_gen;
+	double tok_s;           /* n_gen single tokens after an n_prompt prompt */
+	double hit_rate, prediction, prefetch_used; /* fractions */
+	double bytes_per_token; /* read from the disk */
+	double io_wait_s;
+	double io_bound_tok_s;  /* disk_bw / bytes_per_token */
+	bool direct;
+} moe_budget_row;
+
+/* Evaluate n_prompt tokens, then time n_gen single tokens (the text's, else
+ * random ids) with the streamed expert store under p->budget (a fresh, cold
+ * cache) and fill row.  Errors of the store or the engine. */
+int moe_bench_budget(const moe_model *m, const moe_budget_params *p, moe_budget_row *row,
+		     moe_error *e);
+
+/* ----------------------------------------------------- fit planner (plan.c) */
+
+/* MemAvailable of /proc/meminfo in bytes (0 if unknown). */
+uint64_t moe_bench_mem_available(void);
+
+typedef struct moe_plan_params {
+	double mem_bw, disk_bw;   /* bytes/s, measured */
+	uint64_t mem_available;   /* bytes */
+	const char *profile;      /* --expert-stats output, or NULL (uniform routing) */
+} moe_plan_params;
+
+typedef struct moe_plan_row {
+	uint64_t budget, slots;
+	double hit_rate, read_per_token, tok_s; /* predicted */
+	bool fits;                /* within the available memory */
+	bool is_fit;              /* the largest budget that fits */
+} moe_plan_row;
+
+typedef struct moe_plan {
+	uint64_t fixed, experts, slot; /* bytes: non-expert weights, all experts, one slot */
+	double active;                 /* bytes of weights per token */
+	moe_plan_row rows[6];
+	int n;
+	uint64_t recommended;          /* --mem-budget, 0: the model does not fit */
+} moe_plan;
+
+/* Predict tokens/s at a few budgets (one layer of experts, 25/50/75/100% of
+ * them, the largest that fits) and recommend one.  MOE_EINVAL for a dense
+ * model, MOE_EFORMAT for a bad profile. */
+int moe_bench_plan(const moe_model *m, const moe_plan_params *p, moe_plan *out, moe_error *e);
 
 #endif

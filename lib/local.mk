@@ -21,6 +21,7 @@ include lib/convert.mk
 include lib/text.mk
 include lib/kernels.mk
 include lib/model.mk
+include lib/experts.mk
 include lib/engine.mk
 include lib/bench.mk
 include lib/registry.mk

@@ -88,6 +88,10 @@ struct moe_expert_store {
 		       moe_error *e);
 	void (*release)(moe_expert_store *s, int layer, const int32_t *ids, int n);
 	void *impl;
+	/* Optional (NULL for the resident store): a hint that `layer` will
+	 * probably ask for ids[0..n) soon (router lookahead); a streaming store
+	 * starts the missing reads and returns at once.  Never fails. */
+	void (*prefetch)(moe_expert_store *s, int layer, const int32_t *ids, int n);
 };
 
 /* The store that serves the model's own mapped weights (never fails).  It

@@ -6,6 +6,7 @@
  * and calls one mode; the measuring itself is in libmoecore (bench.h). */
 #include "bench.h"
 #include "cli.h"
+#include "experts.h"
 #include "model.h"
 #include "quant.h"
 
@@ -45,6 +46,12 @@ typedef struct bench_opts {
 	const char *expert_stats, *prompt_file;
 	bool verbose;
 	bool batch_given;
+	const char *mem_budget;     /* --mem-budget LIST (sizes, commas) */
+	const char *expert_profile; /* --expert-profile: warm start */
+	double pin;                 /* --pin FRACTION */
+	int policy;                 /* --policy */
+	bool no_prefetch;           /* --no-prefetch */
+	bool plan;                  /* --plan */
 } bench_opts;
 
 static void help(void)
@@ -95,6 +102,23 @@ static void help(void)
 	       "                        of --perplexity/--kl, or over a greedy generation\n"
 	       "  -f, --prompt-file=FILE  the prompt of that generation (-n tokens generated)\n"
 	       "\n"
+	       "Models larger than RAM:\n"
+	       "      --mem-budget=LIST after 8 prompt tokens, -n single tokens (random ids, or\n"
+	       "                        the text of -f FILE) with the\n"
+	       "                        experts streamed under each budget (1536M, 2G, 50%%, ...;\n"
+	       "                        commas between; 'resident': no streaming): tokens/s,\n"
+	       "                        expert hit rate, lookahead\n"
+	       "                        prediction accuracy, bytes read per token, I/O wait and\n"
+	       "                        the %% of the I/O bound (O_DIRECT disk bandwidth measured\n"
+	       "                        here / bytes read per token)\n"
+	       "      --policy=NAME     expert cache eviction: lfru (default) or lru\n"
+	       "      --expert-profile=FILE  warm start from an --expert-stats profile\n"
+	       "      --pin=FRACTION    with --expert-profile: pin that share of the cache\n"
+	       "      --no-prefetch     no router-lookahead prefetch (for comparison)\n"
+	       "      --plan            measure this machine (available memory, memory and disk\n"
+	       "                        bandwidth) and predict tokens/s at a few budgets, with\n"
+	       "                        the routing of --expert-profile if given; recommend one\n"
+	       "\n"
 	       "  -v, --verbose         progress on standard error (default when it is a tty)\n"
 	       "      --help            display this help and exit\n"
 	       "      --version         output version information and exit\n"
@@ -137,7 +161,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		OPT_CHUNKS,
 		OPT_KL_BASE,
 		OPT_KL,
-		OPT_EXPERTS,
+		OPT_EXPERTS, OPT_MEM_BUDGET, OPT_POLICY, OPT_XPROFILE, OPT_PIN, OPT_NO_PREFETCH, OPT_PLAN,
 		OPT_PARALLEL,
 	};
 	static const struct option longopts[] = {
@@ -162,6 +186,12 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		{"kl-base", required_argument, NULL, OPT_KL_BASE},
 		{"kl", required_argument, NULL, OPT_KL},
 		{"expert-stats", required_argument, NULL, OPT_EXPERTS},
+		{"mem-budget", required_argument, NULL, OPT_MEM_BUDGET},
+		{"policy", required_argument, NULL, OPT_POLICY},
+		{"expert-profile", required_argument, NULL, OPT_XPROFILE},
+		{"pin", required_argument, NULL, OPT_PIN},
+		{"no-prefetch", no_argument, NULL, OPT_NO_PREFETCH},
+		{"plan", no_argument, NULL, OPT_PLAN},
 		{"prompt-file", required_argument, NULL, 'f'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, OPT_HELP},
@@ -257,6 +287,23 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		case OPT_KL_BASE: o->kl_base_out = optarg; break;
 		case OPT_KL: o->kl_in = optarg; break;
 		case OPT_EXPERTS: o->expert_stats = optarg; break;
+		case OPT_MEM_BUDGET: o->mem_budget = optarg; break;
+		case OPT_POLICY:
+			if (!strcmp(optarg, "lru"))
+				o->policy = MOE_EXPERTS_LRU;
+			else if (!strcmp(optarg, "lfru"))
+				o->policy = MOE_EXPERTS_LFRU;
+			else
+				usage_error("--policy: lru or lfru, not '%s'", optarg);
+			break;
+		case OPT_XPROFILE: o->expert_profile = optarg; break;
+		case OPT_NO_PREFETCH: o->no_prefetch = true; break;
+		case OPT_PLAN: o->plan = true; break;
+		case OPT_PIN:
+			o->pin = strtod(optarg, NULL);
+			if (!(o->pin >= 0 && o->pin <= 1))
+				usage_error("--pin: a fraction from 0 to 1");
+			break;
 		case 'f': o->prompt_file = optarg; break;
 		case 'v': o->verbose = true; break;
 		case OPT_HELP: help(); exit(0);
@@ -278,7 +325,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 	if (o->expert_stats && !quality && !o->prompt_file)
 		usage_error(
 			"--expert-stats needs a text: --perplexity FILE, --kl BASE or -f PROMPT");
-	if (o->prompt_file && (!o->expert_stats || quality))
+	if (o->prompt_file && ((!o->expert_stats && !o->mem_budget) || quality))
 		usage_error("-f gives the prompt of an --expert-stats generation");
 	if (quality_opt && !quality)
 		usage_error("-c and --chunks go with --perplexity or --kl");
@@ -290,6 +337,12 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		usage_error("--stream-bw and --bw go with throughput tests");
 	if (o->prompt_file && o->gens.n > 1)
 		usage_error("-n takes one value with -f");
+	if (o->plan && (o->mem_budget || quality || o->expert_stats || o->n_models != 1))
+		usage_error("--plan takes one model and no other test");
+	if ((o->expert_profile || o->pin > 0) && !o->mem_budget && !(o->plan && !o->pin))
+		usage_error("--expert-profile and --pin go with --mem-budget (--plan takes a profile)");
+	if (o->mem_budget && (quality || o->expert_stats || o->parallel.n || o->n_models != 1))
+		usage_error("--mem-budget takes one model and no other test");
 	if (o->parallel.n && (o->n_pg || o->depths.n > 1 || o->depths.v[0]))
 		usage_error("-np does not go with -pg or -d");
 }
@@ -736,6 +789,123 @@ static int run_endpoint(int argc, char **argv)
 	return 0;
 }
 
+/* --plan: the fit planner. */
+static void run_plan(const bench_opts *o)
+{
+	moe_error e = {0};
+	moe_model *m;
+	double load_s;
+	load_model(o->models[0], &m, &load_s);
+	moe_stream_result sr;
+	moe_plan_params pp = {.mem_available = moe_bench_mem_available(),
+			      .profile = o->expert_profile};
+	if (moe_bench_stream(256u << 20, o->threads.v[0], 3, &sr, &e) < 0 ||
+	    moe_bench_disk_bw(o->models[0], 512u << 20, &pp.disk_bw, &e) < 0)
+		die_error(&e);
+	pp.mem_bw = sr.read_gbs * 1e9;
+	moe_plan pl;
+	if (moe_bench_plan(m, &pp, &pl, &e) < 0)
+		die_error(&e);
+	printf("model: %s: %.1f MiB of weights, %.1f MiB non-expert, %.2f MiB per expert slot, "
+	       "%.1f MiB read per token\n"
+	       "machine: %.1f MiB available, memory %.1f GB/s (read, %d threads), disk %.2f GB/s "
+	       "(O_DIRECT)\nrouting: %s\n\n"
+	       "| --mem-budget | slots | hit %% | MB read/token | predicted t/s | fits |\n"
+	       "|---:|---:|---:|---:|---:|:---|\n",
+	       o->models[0], (double)(pl.fixed + pl.experts) / 1048576, (double)pl.fixed / 1048576,
+	       (double)pl.slot / 1048576, pl.active / 1048576, (double)pp.mem_available / 1048576,
+	       sr.read_gbs, sr.n_threads, pp.disk_bw / 1e9,
+	       o->expert_profile ? o->expert_profile : "uniform (no --expert-profile)");
+	for (int i = 0; i < pl.n; i++) {
+		const moe_plan_row *r = &pl.rows[i];
+		printf("| %.0fM | %llu | %.1f | %.1f | %.2f | %s |\n", (double)r->budget / 1048576,
+		       (unsigned long long)r->slots, 100 * r->hit_rate, r->read_per_token / 1e6, r->tok_s,
+		       r->is_fit ? "largest that fits" : r->fits ? "yes" : "no");
+	}
+	if (pl.recommended)
+		printf("\nrecommended: --mem-budget %.0fM\n", (double)pl.recommended / 1048576);
+	else
+		printf("\nthe model does not fit in the available memory, even streamed\n");
+	moe_model_free(m);
+}
+
+/* --mem-budget LIST: one cold streamed run per budget. */
+static void run_budgets(const bench_opts *o, moe_bench_env *env)
+{
+	moe_error e = {0};
+	moe_model *m;
+	double load_s, bw = 0;
+	(void)env;
+	load_model(o->models[0], &m, &load_s);
+	if (moe_bench_disk_bw(o->models[0], 512u << 20, &bw, &e) < 0)
+		die_error(&e);
+	uint64_t all = moe_experts_fixed_bytes(m) + moe_experts_total_bytes(m);
+	bool json = o->fmt == MOE_BENCH_JSON || o->fmt == MOE_BENCH_JSONL;
+	json_t *arr = json_array();
+	if (!json)
+		printf("model: %s; weights %.1f MiB (non-expert %.1f MiB); disk %.2f GB/s (O_DIRECT)\n\n"
+		       "| budget MiB | slots | t/s | hit %% | predicted %% | prefetch used %% | MB read/token "
+		       "| I/O wait s | I/O bound t/s | %% of bound |\n"
+		       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+		       o->models[0], (double)all / 1048576, (double)moe_experts_fixed_bytes(m) / 1048576,
+		       bw / 1e9);
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	int n_prompt = 8, n_gen = o->gens.v[0];
+	if (o->prompt_file) {
+		size_t len;
+		char *text = read_text(o->prompt_file, &len);
+		if (!m->tok || moe_tokenizer_encode(m->tok, text, len, true, false, &ids, &n_ids, &e) < 0)
+			die("%s: %s", o->prompt_file, m->tok ? e.msg : "the model has no tokenizer");
+		free(text);
+		if (n_ids < 16)
+			die("%s: too short (%zu tokens)", o->prompt_file, n_ids);
+		if ((size_t)n_gen + 9 > n_ids)
+			n_gen = (int)n_ids - 9;
+	}
+	char *list = strdup(o->mem_budget), *save = NULL;
+	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		moe_budget_params p = {.policy = o->policy, .profile = o->expert_profile,
+				       .pin_fraction = o->pin, .no_prefetch = o->no_prefetch,
+				       .n_prompt = n_prompt, .n_gen = n_gen,
+				       .n_threads = o->threads.v[0], .disk_bw = bw, .ids = ids,
+				       .n_ids = n_ids, .seed = o->seed};
+		moe_budget_row r;
+		if ((strcmp(tok, "resident") && moe_experts_parse_size(tok, all, &p.budget, &e) < 0) ||
+		    moe_bench_budget(m, &p, &r, &e) < 0)
+			die_error(&e);
+		double pct = r.io_bound_tok_s > 0 ? 100.0 * r.tok_s / r.io_bound_tok_s : 0;
+		if (json)
+			json_array_append_new(
+				arr, json_pack("{s:s, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+					       "s:f, s:b, s:s}",
+					       "model", o->models[0], "budget_bytes", (json_int_t)r.budget,
+					       "slots", (json_int_t)r.slots, "n_gen", r.n_gen, "tok_s",
+					       r.tok_s, "hit_rate", r.hit_rate, "prediction_accuracy",
+					       r.prediction, "prefetch_used", r.prefetch_used,
+					       "bytes_read_per_token", r.bytes_per_token, "io_wait_s",
+					       r.io_wait_s, "disk_bw_bytes_s", bw, "io_bound_tok_s",
+					       r.io_bound_tok_s, "pct_of_io_bound", pct, "o_direct",
+					       r.direct, "policy", o->policy ? "lru" : "lfru"));
+		else
+			printf("| %.0f | %llu | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.0f |\n",
+			       (double)r.budget / 1048576, (unsigned long long)r.slots, r.tok_s,
+			       100 * r.hit_rate, 100 * r.prediction, 100 * r.prefetch_used,
+			       r.bytes_per_token / 1e6, r.io_wait_s, r.io_bound_tok_s, pct);
+		fflush(stdout);
+	}
+	free(list);
+	free(ids);
+	if (json) {
+		char *txt = json_dumps(arr, JSON_INDENT(2));
+		if (txt)
+			puts(txt);
+		free(txt);
+	}
+	json_decref(arr);
+	moe_model_free(m);
+}
+
 int main(int argc, char **argv)
 {
 	bench_opts o;
@@ -748,7 +918,11 @@ int main(int argc, char **argv)
 			return run_endpoint(argc, argv);
 	parse_args(argc, argv, &o);
 	env_init(&env, cpu, sizeof cpu);
-	if (o.ppl_file || o.kl_in)
+	if (o.plan)
+		run_plan(&o);
+	else if (o.mem_budget)
+		run_budgets(&o, &env);
+	else if (o.ppl_file || o.kl_in)
 		run_quality(&o);
 	else if (o.expert_stats)
 		run_expert_gen(&o);

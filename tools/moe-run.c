@@ -9,6 +9,7 @@
  * from (MOE_SRC_SHAREDIR), so an uninstalled build runs out of the box. */
 #include "cli.h"
 #include "engine.h"
+#include "experts.h"
 #include "quant.h"
 #include "text.h"
 #include "uth.h"
@@ -50,6 +51,8 @@ typedef struct run_opts {
 	int parallel;              /* --parallel: requests decoded together */
 	bool unordered;            /* --jsonl: write results as they finish */
 	const char *prompt_cache;  /* --prompt-cache FILE */
+	const char *mem_budget;    /* --mem-budget SIZE: stream experts (experts.h) */
+	bool verify_reads;         /* --verify-reads */
 	bool verbose;
 	bool gen_option_given;     /* for usage checks */
 } run_opts;
@@ -62,6 +65,7 @@ typedef struct run_model {
 	moe_tokenizer *own_tok;
 	moe_engine *eng;
 	moe_sched *sched;
+	moe_expert_store *experts; /* --mem-budget: the streamed store, else NULL */
 	const char *prompt_cache;
 	double t_load;
 } run_model;
@@ -129,6 +133,11 @@ static void help(void)
 	       "      --prompt-cache=FILE  reuse the KV state of a prompt that starts the same\n"
 	       "                        way from FILE, and save this prompt's there\n"
 	       "      --kv-type=TYPE    KV cache type: f16 (default) or q8_0\n"
+	       "      --mem-budget=SIZE weights in memory at most SIZE (e.g. 1536M, 2G, 50%%,\n"
+	       "                        min = one layer of experts cached):\n"
+	       "                        the dense weights stay resident, the rest is a cache\n"
+	       "                        of experts read from the file with O_DIRECT\n"
+	       "      --verify-reads    with --mem-budget: check each expert read (xxh3)\n"
 	       "      --temp=T          temperature (default 0.8; 0 = greedy)\n"
 	       "      --top-k=N         keep the N most likely tokens (default 40; 0 = off)\n"
 	       "      --top-p=P         nucleus sampling (default 0.95; 1 = off)\n"
@@ -169,6 +178,7 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		OPT_NO_GEN, OPT_JSONL, OPT_KV_TYPE, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P,
 		OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_PRESENCE, OPT_FREQUENCY, OPT_SEED, OPT_STOP,
 		OPT_IGNORE_EOS, OPT_VERBOSE, OPT_PARALLEL, OPT_UNORDERED, OPT_PROMPT_CACHE,
+		OPT_MEM_BUDGET, OPT_VERIFY_READS,
 	};
 	static const struct option longopts[] = {
 		{"model", required_argument, NULL, 'm'},
@@ -193,6 +203,8 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		{"parallel", required_argument, NULL, OPT_PARALLEL},
 		{"unordered", no_argument, NULL, OPT_UNORDERED},
 		{"prompt-cache", required_argument, NULL, OPT_PROMPT_CACHE},
+		{"mem-budget", required_argument, NULL, OPT_MEM_BUDGET},
+		{"verify-reads", no_argument, NULL, OPT_VERIFY_READS},
 		{"batch-size", required_argument, NULL, 'b'},
 		{"kv-type", required_argument, NULL, OPT_KV_TYPE},
 		{"temp", required_argument, NULL, OPT_TEMP},
@@ -267,6 +279,8 @@ static void parse_args(int argc, char **argv, run_opts *o)
 			break;
 		case OPT_UNORDERED: o->unordered = true; o->gen_option_given = true; break;
 		case OPT_PROMPT_CACHE: o->prompt_cache = optarg; o->gen_option_given = true; break;
+		case OPT_MEM_BUDGET: o->mem_budget = optarg; o->gen_option_given = true; break;
+		case OPT_VERIFY_READS: o->verify_reads = true; o->gen_option_given = true; break;
 		case OPT_VERBOSE: o->verbose = true; break;
 		case 'm': o->model = cli_model(optarg); break;
 		case 'p': o->prompt = optarg; break;
@@ -619,6 +633,16 @@ static void report_speed(const run_opts *o, const run_model *m, const moe_req_re
 		cli_prog(), m->t_load, r->n_prompt, r->n_prompt_eval, r->t_prompt,
 		r->t_prompt > 0 ? r->n_prompt_eval / r->t_prompt : 0.0, r->n_gen, r->t_gen,
 		r->t_gen > 0 ? r->n_gen / r->t_gen : 0.0, moe_finish_name(r->finish));
+	if (m->experts) {
+		moe_experts_stats s;
+		moe_experts_get_stats(m->experts, &s);
+		fprintf(stderr, "%s: experts: %llu slots of %.2f MiB; hit rate %.1f%%; prediction "
+				"%.1f%% right; %.1f MiB read; %.2f s waiting for the disk%s\n",
+			cli_prog(), (unsigned long long)s.slots, (double)s.slot_bytes / 1048576,
+			s.requests ? 100.0 * (double)s.hits / (double)s.requests : 0.0,
+			s.predicted ? 100.0 * (double)s.predicted_right / (double)s.predicted : 0.0,
+			(double)s.bytes_read / 1048576, s.io_wait, s.direct ? "" : " (buffered)");
+	}
 }
 
 /* One request through the scheduler, to the end. */
@@ -953,8 +977,22 @@ static void open_model(const run_opts *o, run_model *m)
 	if (!m->model->tok)
 		die("%s: the model has no tokenizer", o->model);
 	m->tok = m->model->tok;
+	if (o->verify_reads && !o->mem_budget)
+		die("--verify-reads goes with --mem-budget");
+	if (o->mem_budget) {
+		moe_experts_params xp = {.verify_reads = o->verify_reads};
+		uint64_t all = moe_experts_fixed_bytes(m->model) + moe_experts_total_bytes(m->model);
+		if (!strcmp(o->mem_budget, "min"))
+			/* the smallest cache allowed: one layer of experts */
+			xp.budget = moe_experts_fixed_bytes(m->model) +
+				    m->model->hp.n_expert * moe_experts_slot_bytes(m->model);
+		else if (moe_experts_parse_size(o->mem_budget, all, &xp.budget, &e) < 0)
+			die_error(&e);
+		if (moe_experts_open(&m->experts, m->model, &xp, &e) < 0)
+			die_error(&e);
+	}
 	moe_engine_params ep = {.kv_size = o->n_ctx, .n_threads = o->threads,
-				.n_batch = o->n_batch, .kv_type = o->kv_type};
+				.n_batch = o->n_batch, .kv_type = o->kv_type, .experts = m->experts};
 	moe_sched_params sp = {.n_parallel = o->parallel};
 	if (moe_engine_new(&m->eng, m->model, &ep, &e) < 0 ||
 	    moe_sched_new(&m->sched, m->eng, &sp, &e) < 0)
@@ -986,6 +1024,7 @@ int main(int argc, char **argv)
 		die("write error: %s", strerror(errno));
 	moe_sched_free(m.sched);
 	moe_engine_free(m.eng);
+	moe_experts_close(m.experts);
 	moe_model_free(m.model);
 	moe_tokenizer_free(m.own_tok);
 	moe_uth_close(m.uth);

@@ -528,6 +528,35 @@ static void expert_worker(void *arg, int ith, int nth)
 	}
 }
 
+/* Router lookahead (streamed stores): apply the next layer's router to this
+ * layer's pre-FFN state to guess the next layer's experts, and let the store
+ * start reading them while this layer computes.  Only a hint: it never
+ * changes what the next layer chooses. */
+static void lookahead(moe_engine *eng, int il, int B)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	int nx = (int)hp->n_expert, k = (int)hp->n_expert_used;
+	if ((uint32_t)il + 1 >= hp->n_layer || !eng->m->layers[il + 1].is_moe || nx > 256 || k > 64 ||
+	    eng->observe_fn)
+		return;
+	const moe_layer *N = &eng->m->layers[il + 1];
+	int64_t E = hp->n_embd;
+	for (int t = 0; t < B; t++)
+		rmsnorm(eng->tmp + t * E, eng->x + t * E, N->ffn_norm, E, hp->norm_eps);
+	matmul(eng, &N->router, il + 1, eng->tmp, B, eng->router, nx);
+	uint64_t mask[4] = {0};
+	int32_t sel[64], ids[256], n = 0;
+	for (int t = 0; t < B; t++) {
+		top_k(eng->router + (int64_t)t * nx, nx, k, sel);
+		for (int j = 0; j < k; j++)
+			mask[sel[j] >> 6] |= 1ull << (sel[j] & 63);
+	}
+	for (int x = 0; x < nx; x++)
+		if (mask[x >> 6] >> (x & 63) & 1)
+			ids[n++] = x;
+	eng->experts->prefetch(eng->experts, il + 1, ids, n);
+}
+
 static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
 {
 	const moe_hparams *hp = &eng->m->hp;
@@ -539,6 +568,8 @@ static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
 	int n_active = group_by_expert(eng, B);
 	/* the seam: the store hands over every chosen expert at once */
 	MOE_TRY(eng->experts->acquire(eng->experts, il, eng->active, n_active, eng->active_w, e));
+	if (eng->experts->prefetch)
+		lookahead(eng, il, B);
 	if (B <= EXP_PAR_MAX && !eng->observe_fn) {
 		expert_job j = {eng, n_active, 0};
 		moe_pool_run(eng->pool, expert_worker, &j);

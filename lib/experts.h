@@ -1,0 +1,96 @@
+/* experts.h — the streamed expert store: models larger than RAM.
+ *
+ * The dense part of the model (attention, norms, embeddings, routers, shared
+ * experts) stays in the model's read-only map; the routed experts are read
+ * from the UTH file on demand, one read per (layer, expert) (the UTH
+ * adjacency rule puts an expert's tensors back to back), into a cache of
+ * fixed-size 4096-aligned slots in anonymous memory (huge pages where the
+ * kernel offers them).  Reads use O_DIRECT through io_uring, so the page
+ * cache is not used and memory stays within the budget; where O_DIRECT is
+ * refused (tmpfs, some file systems) the store falls back to buffered reads
+ * with a warning and drops the read pages from the page cache again.
+ *
+ * How to use:
+ *   moe_experts_params p = {.budget = 1536ull << 20};
+ *   moe_expert_store *st;  moe_experts_open(&st, model, &p, &e);
+ *   moe_engine_params ep = {..., .experts = st};   (engine.h)
+ *   ... run ...;  moe_experts_get_stats(st, &s);  moe_experts_close(st);
+ *
+ * Budget: p.budget is the whole weight footprint — the non-expert weights
+ * (moe_experts_fixed_bytes, resident in the map) plus the slot cache.  Not
+ * counted: the engine's KV cache and scratch buffers and the program itself
+ * (the stated fixed overhead; see moe-run(1)).  The cache holds at least one
+ * whole layer of experts (n_expert slots), since one step may choose them
+ * all; a smaller budget is an error naming the minimum.
+ *
+ * Thread safety: one store may serve several engines; its calls serialise
+ * on a mutex.  Waiting for the disk blocks in the kernel (io_uring_wait_cqe
+ * or pread), never spins.  A slot is never evicted while acquired, while its
+ * read is in flight, or while pinned.
+ */
+#ifndef MOE_EXPERTS_H
+#define MOE_EXPERTS_H
+
+#include "model.h"
+
+enum moe_experts_policy {
+	MOE_EXPERTS_LFRU = 0, /* default: frequency (decayed) then recency */
+	MOE_EXPERTS_LRU = 1,  /* least recently used */
+};
+
+/* I/O faults for tests: make the nth read (1-based, counting every read the
+ * store issues) fail. */
+enum moe_experts_fault { MOE_EXPERTS_FAULT_NONE, MOE_EXPERTS_FAULT_EIO, MOE_EXPERTS_FAULT_SHORT };
+
+typedef struct moe_experts_params {
+	uint64_t budget;        /* bytes: non-expert weights + cache (required) */
+	int policy;             /* enum moe_experts_policy */
+	bool verify_reads;      /* check each read tensor against its xxh3 */
+	bool buffered;          /* do not try O_DIRECT */
+	bool no_uring;          /* synchronous pread instead of io_uring */
+	bool no_prefetch;       /* ignore the router lookahead's hints */
+	const char *profile;    /* moe-bench --expert-stats JSON: warm start + pin, or NULL */
+	double pin_fraction;    /* of the cache pinned with the profile's hottest (0: none) */
+} moe_experts_params;
+
+typedef struct moe_experts_stats {
+	uint64_t slots, slot_bytes;   /* the cache */
+	uint64_t fixed_bytes;         /* non-expert weights */
+	uint64_t expert_bytes;        /* all routed experts in the file */
+	uint64_t n_layer_experts;     /* (layer, expert) pairs in the file */
+	bool direct, uring;           /* O_DIRECT in use; io_uring in use */
+	uint64_t requests, hits;      /* experts acquired; found in the cache */
+	uint64_t hits_prefetched;     /* hits whose slot a prefetch filled */
+	uint64_t reads, bytes_read;   /* reads issued (demand + prefetch) */
+	uint64_t prefetch_reads;      /* reads started by prefetch */
+	uint64_t prefetch_used;       /* ... whose expert was acquired before eviction */
+	uint64_t predicted, predicted_right; /* lookahead predictions; how many were chosen */
+	double io_wait;               /* seconds acquire spent blocked on the disk */
+} moe_experts_stats;
+
+/* Open a streamed store over the model's file.  MOE_EINVAL for a budget
+ * below the minimum (named), MOE_EIO for open/read/io_uring failures,
+ * MOE_EFORMAT for a bad profile, MOE_ENOMEM. */
+int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_experts_params *p,
+		     moe_error *e);
+void moe_experts_close(moe_expert_store *s);
+/* Bytes of the model's weights that are not routed experts (what stays resident). */
+uint64_t moe_experts_fixed_bytes(const moe_model *m);
+/* Bytes of one cache slot (the largest expert, rounded up to 4096). */
+uint64_t moe_experts_slot_bytes(const moe_model *m);
+/* Total bytes of routed experts. */
+uint64_t moe_experts_total_bytes(const moe_model *m);
+void moe_experts_get_stats(moe_expert_store *s, moe_experts_stats *out);
+void moe_experts_reset_stats(moe_expert_store *s);
+/* Test hook: make read number `nth` (1-based, from now) fail with `kind`.
+ * The environment variable MOE_TEST_IO_FAULT=eio:N or short:N does the same
+ * for every store opened (for the command-line tests). */
+void moe_experts_inject_fault(moe_expert_store *s, int kind, uint64_t nth);
+/* Drop every unpinned cached expert (benchmarks: a cold start). */
+void moe_experts_drop(moe_expert_store *s);
+
+/* Parse "1536M", "2G", "4096", "75%" (of the model's total weight bytes
+ * when model_bytes > 0).  0 or MOE_EINVAL naming the text. */
+int moe_experts_parse_size(const char *text, uint64_t model_bytes, uint64_t *out, moe_error *e);
+
+#endif

@@ -1,0 +1,11 @@
+# lib/experts.mk — the streamed expert store (models larger than RAM):
+# slot cache, O_DIRECT reads through io_uring, prefetch, statistics.
+noinst_HEADERS += lib/experts.h
+lib_libmoecore_a_SOURCES += lib/experts/store.c
+
+check_PROGRAMS += tests/unit/t-experts
+TESTS += tests/unit/t-experts
+tests_unit_t_experts_LDADD = $(MOE_LIBS)
+tests_unit_t_experts_CPPFLAGS = $(AM_CPPFLAGS) -DMOE_SRC_SHAREDIR='"$(abs_top_srcdir)/share"'
+TESTS += tests/cli/t1000-stream.sh tests/cli/t1010-stream-cgroup.sh
+EXTRA_DIST += tests/cli/t1000-stream.sh tests/cli/t1010-stream-cgroup.sh

@@ -1,0 +1,890 @@
+/* store.c — the streamed expert store (experts.h): a cache of fixed-size,
+ * 4096-aligned slots filled by one read per (layer, expert), O_DIRECT through
+ * io_uring, with a pread fallback.  Every miss of an acquire is submitted
+ * before the first wait, prefetch hints start reads without waiting, and a
+ * read error of any kind makes the store fail every later call (a stale or
+ * partial expert is never handed out). */
+
+#include "experts.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <liburing.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { SLOT_EMPTY, SLOT_LOADING, SLOT_READY };
+
+typedef struct {
+	int32_t key;          /* layer * n_expert + expert, or -1 */
+	int32_t refs;         /* acquires not yet released */
+	uint8_t state;
+	uint8_t fault;        /* enum moe_experts_fault injected into this read */
+	bool pinned, by_prefetch;
+	uint64_t last_use;    /* tick of the last acquire */
+	double freq;          /* decayed use count at last_use */
+	moe_weight w[3];      /* gate, up, down bound into the slot */
+} slot;
+
+typedef struct {
+	uint64_t off, len;    /* the expert's bytes in the file (off 4096-aligned) */
+	size_t first, count;  /* its tensors in the directory */
+} span;
+
+typedef struct {
+	moe_expert_store pub; /* first: the engine's handle */
+	const moe_model *m;
+	char path[4096];
+	int fd;
+	bool direct, uring;
+	struct io_uring ring;
+	unsigned depth, inflight;
+	pthread_mutex_t mu;
+	int n_layer, n_expert;
+	uint64_t slot_bytes;
+	size_t n_slots;
+	uint8_t *cache;
+	size_t cache_bytes;
+	slot *slots;
+	int32_t *where;       /* [n_layer * n_expert] slot or -1 */
+	span *spans;          /* [n_layer * n_expert]; len 0: not an expert */
+	bool *predicted;      /* [n_layer * n_expert] lookahead for the next acquire */
+	uint64_t tick;
+	double half_life;     /* LFRU: ticks over which a use counts half */
+	struct stat st0;
+	moe_experts_params p;
+	int fault_kind;
+	uint64_t fault_nth, n_issued;
+	int err;              /* sticky failure */
+	char err_msg[512];
+	moe_experts_stats st;
+} store;
+
+/* ------------------------------------------------------------ sizes */
+
+static uint64_t wbytes(const moe_weight *w)
+{
+	return w->data ? (uint64_t)w->rows * w->row_bytes : 0;
+}
+
+uint64_t moe_experts_total_bytes(const moe_model *m)
+{
+	uint64_t b = 0;
+	for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+		const moe_layer *L = &m->layers[il];
+		if (!L->is_moe)
+			continue;
+		for (uint32_t x = 0; x < m->hp.n_expert; x++)
+			b += wbytes(&L->exp_gate[x]) + wbytes(&L->exp_up[x]) + wbytes(&L->exp_down[x]);
+	}
+	return b;
+}
+
+uint64_t moe_experts_fixed_bytes(const moe_model *m)
+{
+	uint64_t b = 0;
+	for (uint64_t i = 0; i < m->file->n_tensors; i++)
+		if (m->file->tensors[i].expert == MOE_UTH_NONE)
+			b += m->file->tensors[i].size;
+	return b;
+}
+
+static uint64_t round_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+uint64_t moe_experts_slot_bytes(const moe_model *m)
+{
+	uint64_t mx = 0;
+	for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+		const moe_layer *L = &m->layers[il];
+		if (!L->is_moe)
+			continue;
+		for (uint32_t x = 0; x < m->hp.n_expert; x++) {
+			size_t first, count;
+			if (moe_uth_expert(m->file, (uint16_t)il, (uint16_t)x, &first, &count) < 0)
+				continue;
+			const moe_uth_tensor *a = &m->file->tensors[first], *z = &a[count - 1];
+			uint64_t len = z->offset + z->size - a->offset;
+			mx = len > mx ? len : mx;
+		}
+	}
+	return round_up(mx, MOE_UTH_ALIGN);
+}
+
+int moe_experts_parse_size(const char *text, uint64_t model_bytes, uint64_t *out, moe_error *e)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(text, &end);
+	if (end == text || errno || !(v >= 0))
+		return moe_err(e, MOE_EINVAL, "bad size '%s' (e.g. 1536M, 2G, 75%%)", text);
+	double mul = 1;
+	switch (*end) {
+	case 'k': case 'K': mul = 1024.0; end++; break;
+	case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+	case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+	case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+	case '%':
+		if (!model_bytes)
+			return moe_err(e, MOE_EINVAL, "'%s': a percentage needs a model", text);
+		mul = (double)model_bytes / 100.0;
+		end++;
+		break;
+	default: break;
+	}
+	if (*end == 'i' && end[-1] != '%')
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end)
+		return moe_err(e, MOE_EINVAL, "bad size '%s' (e.g. 1536M, 2G, 75%%)", text);
+	double b = v * mul;
+	if (b >= 18e18)
+		return moe_err(e, MOE_EINVAL, "size '%s' is too large", text);
+	*out = (uint64_t)b;
+	return 0;
+}
+
+/* ------------------------------------------------------------ I/O */
+
+static int fail(store *s, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(store *s, int code, const char *fmt, ...)
+{
+	if (!s->err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(s->err_msg, sizeof s->err_msg, fmt, ap);
+		va_end(ap);
+		s->err = code;
+	}
+	return s->err;
+}
+
+static void bind_slot(store *s, size_t i, int32_t key)
+{
+	slot *sl = &s->slots[i];
+	const moe_layer *L = &s->m->layers[key / s->n_expert];
+	int x = key % s->n_expert;
+	const span *sp = &s->spans[key];
+	const moe_weight *src[3] = {&L->exp_gate[x], &L->exp_up[x], &L->exp_down[x]};
+	uint8_t *base = s->cache + i * s->slot_bytes;
+	for (int j = 0; j < 3; j++) {
+		sl->w[j] = *src[j];
+		uint64_t off = (uint64_t)((const uint8_t *)src[j]->data - s->m->file->map);
+		sl->w[j].data = base + (off - sp->off);
+	}
+}
+
+static void drop_slot(store *s, size_t i)
+{
+	slot *sl = &s->slots[i];
+	if (sl->key >= 0)
+		s->where[sl->key] = -1;
+	sl->key = -1;
+	sl->state = SLOT_EMPTY;
+	sl->by_prefetch = sl->pinned = false;
+	sl->freq = 0;
+}
+
+static uint64_t read_len(const store *s, const span *sp)
+{
+	uint64_t len = round_up(sp->len, MOE_UTH_ALIGN);
+	return len <= s->slot_bytes ? len : s->slot_bytes;
+}
+
+/* The read of slot i ended with `res` (bytes or -errno). */
+static void read_done(store *s, size_t i, int64_t res);
+
+static void do_pread(store *s, size_t i)
+{
+	const span *sp = &s->spans[s->slots[i].key];
+	uint8_t *buf = s->cache + i * s->slot_bytes;
+	uint64_t want = read_len(s, sp), got = 0;
+	double t0 = moe_time_now();
+	int64_t res = 0;
+	while (got < want) {
+		ssize_t r = pread(s->fd, buf + got, want - got, (off_t)(sp->off + got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			res = -errno;
+			break;
+		}
+		if (r == 0)
+			break;
+		got += (uint64_t)r;
+		res = (int64_t)got;
+	}
+	s->st.io_wait += moe_time_now() - t0;
+	read_done(s, i, res);
+}
+
+static void submit(store *s);
+
+/* Block until one completion arrives (or none are in flight) and handle it. */
+static void reap_one(store *s, bool wait)
+{
+	if (!s->inflight)
+		return;
+	struct io_uring_cqe *cqe;
+	int r;
+	if (wait) {
+		/* reads prepared but not yet submitted would never complete */
+		submit(s);
+		double t0 = moe_time_now();
+		do
+			r = io_uring_wait_cqe(&s->ring, &cqe);
+		while (r == -EINTR);
+		s->st.io_wait += moe_time_now() - t0;
+	} else {
+		r = io_uring_peek_cqe(&s->ring, &cqe);
+		if (r == -EAGAIN)
+			return;
+	}
+	if (r < 0) {
+		fail(s, MOE_EIO, "%s: waiting for expert reads: %s", s->path, strerror(-r));
+		return;
+	}
+	size_t i = (size_t)io_uring_cqe_get_data64(cqe);
+	int64_t res = cqe->res;
+	io_uring_cqe_seen(&s->ring, cqe);
+	s->inflight--;
+	read_done(s, i, res);
+}
+
+static void start_read(store *s, size_t i)
+{
+	slot *sl = &s->slots[i];
+	const span *sp = &s->spans[sl->key];
+	sl->state = SLOT_LOADING;
+	sl->fault = MOE_EXPERTS_FAULT_NONE;
+	if (++s->n_issued == s->fault_nth)
+		sl->fault = (uint8_t)s->fault_kind;
+	s->st.reads++;
+	if (!s->uring) {
+		do_pread(s, i);
+		return;
+	}
+	struct io_uring_sqe *sqe;
+	while (!(sqe = io_uring_get_sqe(&s->ring))) {
+		io_uring_submit(&s->ring);
+		reap_one(s, true);
+	}
+	io_uring_prep_read(sqe, s->fd, s->cache + i * s->slot_bytes, (unsigned)read_len(s, sp), sp->off);
+	io_uring_sqe_set_data64(sqe, i);
+	s->inflight++;
+}
+
+static void submit(store *s)
+{
+	if (s->uring && io_uring_sq_ready(&s->ring)) {
+		int r;
+		do
+			r = io_uring_submit(&s->ring);
+		while (r == -EINTR);
+		if (r < 0)
+			fail(s, MOE_EIO, "%s: submitting expert reads: %s", s->path, strerror(-r));
+	}
+}
+
+/* O_DIRECT refused at read time: reopen buffered and say so once. */
+static int go_buffered(store *s)
+{
+	int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return fail(s, MOE_EIO, "%s: %s", s->path, strerror(errno));
+	moe_log(MOE_LOG_WARN, "%s: O_DIRECT reads refused; expert reads go through the page cache",
+		s->path);
+	close(s->fd);
+	s->fd = fd;
+	s->direct = s->st.direct = false;
+	return 0;
+}
+
+static void read_done(store *s, size_t i, int64_t res)
+{
+	slot *sl = &s->slots[i];
+	if (sl->key < 0)
+		return;
+	const span *sp = &s->spans[sl->key];
+	int layer = sl->key / s->n_expert, x = sl->key % s->n_expert;
+	if (sl->fault == MOE_EXPERTS_FAULT_EIO)
+		res = -EIO;
+	else if (sl->fault == MOE_EXPERTS_FAULT_SHORT && res > 0)
+		res = (int64_t)(sp->len / 2);
+	if (res == -EINVAL && s->direct) {
+		/* O_DIRECT refused by this file system: read it again buffered */
+		if (go_buffered(s) == 0)
+			start_read(s, i), submit(s);
+		return;
+	}
+	if (res < 0) {
+		fail(s, MOE_EIO, "%s: reading expert %d of layer %d (%llu bytes at %llu): %s", s->path, x,
+		     layer, (unsigned long long)sp->len, (unsigned long long)sp->off, strerror((int)-res));
+		drop_slot(s, i);
+		return;
+	}
+	if ((uint64_t)res < sp->len) {
+		fail(s, MOE_EIO,
+		     "%s: short read of expert %d of layer %d: %lld of %llu bytes at %llu (file truncated?)",
+		     s->path, x, layer, (long long)res, (unsigned long long)sp->len,
+		     (unsigned long long)sp->off);
+		drop_slot(s, i);
+		return;
+	}
+	s->st.bytes_read += sp->len;
+	if (!s->direct)
+		posix_fadvise(s->fd, (off_t)sp->off, (off_t)sp->len, POSIX_FADV_DONTNEED);
+	if (s->p.verify_reads) {
+		const uint8_t *base = s->cache + i * s->slot_bytes;
+		for (size_t t = sp->first; t < sp->first + sp->count; t++) {
+			const moe_uth_tensor *ut = &s->m->file->tensors[t];
+			moe_error e = {0};
+			if (moe_uth_verify_tensor(s->m->file, ut, base + (ut->offset - sp->off), &e) < 0) {
+				fail(s, MOE_ECHECKSUM, "%s: --verify-reads: %s", s->path, e.msg);
+				drop_slot(s, i);
+				return;
+			}
+		}
+	}
+	sl->state = SLOT_READY;
+}
+
+/* ------------------------------------------------------------ policy */
+
+static double score(const store *s, const slot *sl)
+{
+	if (s->p.policy == MOE_EXPERTS_LRU)
+		return (double)sl->last_use;
+	/* frequency decayed by age: an expert used often recently beats one used once */
+	return sl->freq * exp2(-(double)(s->tick - sl->last_use) / s->half_life) +
+	       1e-9 * (double)sl->last_use;
+}
+
+static void touch(store *s, slot *sl)
+{
+	if (sl->key >= 0 && sl->state != SLOT_EMPTY && sl->last_use)
+		sl->freq = sl->freq * exp2(-(double)(s->tick - sl->last_use) / s->half_life) + 1;
+	else
+		sl->freq = 1;
+	sl->last_use = s->tick;
+}
+
+/* A slot to (re)fill: empty first, else the lowest score among those not
+ * acquired, not in flight and not pinned; -1 if none. */
+static ssize_t victim(store *s)
+{
+	ssize_t best = -1;
+	double bs = 0;
+	for (size_t i = 0; i < s->n_slots; i++) {
+		slot *sl = &s->slots[i];
+		if (sl->state == SLOT_EMPTY)
+			return (ssize_t)i;
+		if (sl->refs || sl->state == SLOT_LOADING || sl->pinned)
+			continue;
+		double sc = score(s, sl);
+		if (best < 0 || sc < bs)
+			best = (ssize_t)i, bs = sc;
+	}
+	return best;
+}
+
+/* A slot for key, waiting for in-flight reads to finish if all are busy. */
+static int claim(store *s, int32_t key, size_t *out)
+{
+	ssize_t v;
+	while ((v = victim(s)) < 0) {
+		if (!s->inflight)
+			return fail(s, MOE_EINVAL,
+				    "expert cache exhausted: all %zu slots are in use (raise --mem-budget)",
+				    s->n_slots);
+		reap_one(s, true);
+		if (s->err)
+			return s->err;
+	}
+	drop_slot(s, (size_t)v);
+	s->slots[v].key = key;
+	s->where[key] = (int32_t)v;
+	bind_slot(s, (size_t)v, key);
+	*out = (size_t)v;
+	return 0;
+}
+
+static int check_file(store *s)
+{
+	struct stat st;
+	if (fstat(s->fd, &st) < 0)
+		return fail(s, MOE_EIO, "%s: %s", s->path, strerror(errno));
+	if (st.st_size != s->st0.st_size || st.st_mtim.tv_sec != s->st0.st_mtim.tv_sec ||
+	    st.st_mtim.tv_nsec != s->st0.st_mtim.tv_nsec)
+		return fail(s, MOE_EIO, "%s: the model file changed while in use (size or mtime)",
+			    s->path);
+	return 0;
+}
+
+/* ------------------------------------------------------------ the seam */
+
+static int st_acquire(moe_expert_store *pub, int layer, const int32_t *ids, int n, moe_expert *out,
+		      moe_error *e)
+{
+	store *s = (store *)pub;
+	pthread_mutex_lock(&s->mu);
+	s->tick++;
+	int32_t base = layer * s->n_expert;
+	for (int i = 0; i < n; i++)
+		if (s->predicted[base + ids[i]])
+			s->st.predicted_right++;
+	memset(s->predicted + base, 0, (size_t)s->n_expert * sizeof *s->predicted);
+	int got = 0, misses = 0;
+	/* hits (and reads already in flight) first, so that no victim is one of ours */
+	for (int i = 0; i < n && !s->err; i++) {
+		int32_t w = s->where[base + ids[i]];
+		if (w < 0)
+			continue;
+		slot *sl = &s->slots[w];
+		s->st.hits++;
+		if (sl->by_prefetch) {
+			s->st.hits_prefetched++;
+			s->st.prefetch_used++;
+			sl->by_prefetch = false;
+		}
+		sl->refs++;
+		touch(s, sl);
+	}
+	if (!s->err)
+		for (int i = 0; i < n; i++)
+			if (s->where[base + ids[i]] < 0)
+				misses++;
+	if (misses && !s->err)
+		check_file(s);
+	for (int i = 0; i < n && !s->err; i++) {
+		int32_t key = base + ids[i];
+		if (s->where[key] >= 0)
+			continue;
+		size_t v;
+		if (claim(s, key, &v) < 0)
+			break;
+		slot *sl = &s->slots[v];
+		sl->refs++;
+		touch(s, sl);
+		start_read(s, v);
+	}
+	submit(s);
+	s->st.requests += (uint64_t)n;
+	/* wait for every slot of this acquire */
+	for (int i = 0; i < n && !s->err; i++) {
+		int32_t w;
+		while (!s->err && (w = s->where[base + ids[i]]) >= 0 && s->slots[w].state == SLOT_LOADING)
+			reap_one(s, true);
+		if (!s->err && s->where[base + ids[i]] < 0)
+			fail(s, MOE_EINTERNAL, "expert %d of layer %d lost while loading", ids[i], layer);
+		if (s->err)
+			break;
+		slot *sl = &s->slots[s->where[base + ids[i]]];
+		out[got++] = (moe_expert){&sl->w[0], &sl->w[1], &sl->w[2]};
+	}
+	int rc = s->err;
+	if (rc) {
+		/* give back what this call took */
+		for (int i = 0; i < n; i++) {
+			int32_t w = s->where[base + ids[i]];
+			if (w >= 0 && s->slots[w].refs > 0 && s->slots[w].last_use == s->tick)
+				s->slots[w].refs--;
+		}
+		moe_err(e, rc, "%s", s->err_msg);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+static void st_release(moe_expert_store *pub, int layer, const int32_t *ids, int n)
+{
+	store *s = (store *)pub;
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < n; i++) {
+		int32_t w = s->where[layer * s->n_expert + ids[i]];
+		if (w >= 0 && s->slots[w].refs > 0)
+			s->slots[w].refs--;
+	}
+	/* hand finished prefetches over without waiting */
+	while (s->uring && s->inflight && !s->err) {
+		unsigned before = s->inflight;
+		reap_one(s, false);
+		if (s->inflight == before)
+			break;
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void st_prefetch(moe_expert_store *pub, int layer, const int32_t *ids, int n)
+{
+	store *s = (store *)pub;
+	pthread_mutex_lock(&s->mu);
+	int32_t base = layer * s->n_expert;
+	for (int i = 0; i < n; i++) {
+		s->predicted[base + ids[i]] = true;
+		s->st.predicted++;
+	}
+	/* only into free or evictable slots; never wait for the disk here */
+	for (int i = 0; i < n && !s->err && s->uring; i++) {
+		int32_t key = base + ids[i];
+		if (s->where[key] >= 0)
+			continue;
+		ssize_t v = victim(s);
+		if (v < 0)
+			break;
+		drop_slot(s, (size_t)v);
+		slot *sl = &s->slots[v];
+		sl->key = key;
+		s->where[key] = (int32_t)v;
+		bind_slot(s, (size_t)v, key);
+		sl->by_prefetch = true;
+		sl->last_use = s->tick;
+		sl->freq = 0.5;
+		s->st.prefetch_reads++;
+		start_read(s, (size_t)v);
+	}
+	submit(s);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* ------------------------------------------------------------ warm start */
+
+typedef struct {
+	int32_t key;
+	double count;
+} hot;
+
+static int by_count(const void *a, const void *b)
+{
+	const hot *x = a, *y = b;
+	return x->count < y->count ? 1 : x->count > y->count ? -1 : (x->key > y->key) - (x->key < y->key);
+}
+
+static int warm_start(store *s, moe_error *e)
+{
+	json_error_t je;
+	json_t *j = json_load_file(s->p.profile, 0, &je);
+	if (!j)
+		return moe_err(e, MOE_EFORMAT, "%s: line %d: %s", s->p.profile, je.line, je.text);
+	int rc = 0;
+	json_t *layers = json_object_get(j, "layers");
+	hot *h = calloc((size_t)s->n_layer * (size_t)s->n_expert, sizeof *h);
+	size_t nh = 0;
+	if (!h) {
+		json_decref(j);
+		return moe_err(e, MOE_ENOMEM, "out of memory");
+	}
+	if (!json_is_array(layers) ||
+	    json_integer_value(json_object_get(j, "n_expert")) != s->n_expert ||
+	    json_integer_value(json_object_get(j, "n_layer")) != s->n_layer) {
+		rc = moe_err(e, MOE_EFORMAT,
+			     "%s: not a moe-bench --expert-stats profile of this model (n_layer %d, "
+			     "n_expert %d)", s->p.profile, s->n_layer, s->n_expert);
+		goto out;
+	}
+	size_t li;
+	json_t *lo;
+	json_array_foreach(layers, li, lo) {
+		json_int_t l = json_integer_value(json_object_get(lo, "layer"));
+		json_t *c = json_object_get(lo, "counts");
+		if (l < 0 || l >= s->n_layer || !json_is_array(c) ||
+		    json_array_size(c) != (size_t)s->n_expert) {
+			rc = moe_err(e, MOE_EFORMAT, "%s: layers[%zu]: bad layer or counts", s->p.profile,
+				     li);
+			goto out;
+		}
+		for (int x = 0; x < s->n_expert; x++) {
+			int32_t key = (int32_t)l * s->n_expert + x;
+			if (s->spans[key].len)
+				h[nh++] = (hot){key, json_number_value(json_array_get(c, (size_t)x))};
+		}
+	}
+	qsort(h, nh, sizeof *h, by_count);
+	size_t n = nh < s->n_slots ? nh : s->n_slots;
+	size_t pin = (size_t)(s->p.pin_fraction * (double)s->n_slots);
+	if (pin > s->n_slots - (size_t)s->n_expert)
+		pin = s->n_slots - (size_t)s->n_expert; /* one layer must stay free */
+	for (size_t i = 0; i < n && !s->err; i++) {
+		if (h[i].count <= 0)
+			break;
+		size_t v;
+		if (claim(s, h[i].key, &v) < 0)
+			break;
+		s->slots[v].pinned = i < pin;
+		s->slots[v].freq = 0;
+		start_read(s, v);
+	}
+	submit(s);
+	while (s->inflight && !s->err)
+		reap_one(s, true);
+	if (s->err)
+		rc = moe_err(e, s->err, "%s", s->err_msg);
+out:
+	free(h);
+	json_decref(j);
+	return rc;
+}
+
+/* Everything fits: read every expert now, in file order, so that running
+ * costs what the resident store costs. */
+static int load_all(store *s, moe_error *e)
+{
+	size_t nk = (size_t)s->n_layer * (size_t)s->n_expert;
+	for (size_t k = 0; k < nk && !s->err; k++) {
+		size_t v;
+		if (!s->spans[k].len || claim(s, (int32_t)k, &v) < 0)
+			continue;
+		start_read(s, v);
+		if (s->inflight >= s->depth / 2)
+			submit(s), reap_one(s, true);
+	}
+	submit(s);
+	while (s->inflight && !s->err)
+		reap_one(s, true);
+	return s->err ? moe_err(e, s->err, "%s", s->err_msg) : 0;
+}
+
+/* ------------------------------------------------------------ open/close */
+
+void moe_experts_close(moe_expert_store *pub)
+{
+	store *s = (store *)pub;
+	if (!s)
+		return;
+	if (s->uring) {
+		while (s->inflight) {
+			struct io_uring_cqe *cqe;
+			if (io_uring_wait_cqe(&s->ring, &cqe) < 0)
+				break;
+			io_uring_cqe_seen(&s->ring, cqe);
+			s->inflight--;
+		}
+		io_uring_queue_exit(&s->ring);
+	}
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->cache)
+		munmap(s->cache, s->cache_bytes);
+	free(s->slots);
+	free(s->where);
+	free(s->spans);
+	free(s->predicted);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+static void env_fault(store *s)
+{
+	const char *f = getenv("MOE_TEST_IO_FAULT");
+	if (!f)
+		return;
+	unsigned long long n = 0;
+	if (sscanf(f, "eio:%llu", &n) == 1)
+		s->fault_kind = MOE_EXPERTS_FAULT_EIO;
+	else if (sscanf(f, "short:%llu", &n) == 1)
+		s->fault_kind = MOE_EXPERTS_FAULT_SHORT;
+	s->fault_nth = n;
+}
+
+int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_experts_params *p,
+		     moe_error *e)
+{
+	*out = NULL;
+	const moe_hparams *hp = &m->hp;
+	if (!hp->n_expert)
+		return moe_err(e, MOE_EINVAL, "%s: a dense model has no experts to stream",
+			       m->file->path);
+	store *s = calloc(1, sizeof *s);
+	if (!s)
+		return moe_err(e, MOE_ENOMEM, "out of memory");
+	pthread_mutex_init(&s->mu, NULL);
+	s->fd = -1;
+	s->m = m;
+	s->p = *p;
+	s->pub = (moe_expert_store){st_acquire, st_release, s, p->no_prefetch ? NULL : st_prefetch};
+	s->n_layer = (int)hp->n_layer;
+	s->n_expert = (int)hp->n_expert;
+	s->half_life = 8.0 * s->n_layer;
+	env_fault(s);
+	snprintf(s->path, sizeof s->path, "%s", m->file->path);
+	int rc = 0;
+	size_t nk = (size_t)s->n_layer * (size_t)s->n_expert;
+	s->where = malloc(nk * sizeof *s->where);
+	s->spans = calloc(nk, sizeof *s->spans);
+	s->predicted = calloc(nk, sizeof *s->predicted);
+	if (!s->where || !s->spans || !s->predicted) {
+		rc = moe_err(e, MOE_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (size_t k = 0; k < nk; k++)
+		s->where[k] = -1;
+	/* spans, by the adjacency rule; the bound weights must lie inside */
+	const moe_uth *u = m->file;
+	for (int il = 0; il < s->n_layer; il++) {
+		const moe_layer *L = &m->layers[il];
+		if (!L->is_moe)
+			continue;
+		for (int x = 0; x < s->n_expert; x++) {
+			span *sp = &s->spans[(size_t)il * s->n_expert + x];
+			if (moe_uth_expert(u, (uint16_t)il, (uint16_t)x, &sp->first, &sp->count) < 0) {
+				rc = moe_err(e, MOE_EFORMAT, "%s: no tensors tagged as expert %d of layer %d",
+					     u->path, x, il);
+				goto fail;
+			}
+			const moe_uth_tensor *a = &u->tensors[sp->first], *z = &a[sp->count - 1];
+			sp->off = a->offset;
+			sp->len = z->offset + z->size - a->offset;
+			const moe_weight *ws[3] = {&L->exp_gate[x], &L->exp_up[x], &L->exp_down[x]};
+			for (int j = 0; j < 3; j++) {
+				uint64_t o = (uint64_t)((const uint8_t *)ws[j]->data - u->map);
+				if (o < sp->off || o + wbytes(ws[j]) > sp->off + sp->len) {
+					rc = moe_err(e, MOE_EFORMAT,
+						     "%s: %s lies outside the tensors of expert %d of layer %d",
+						     u->path, ws[j]->name, x, il);
+					goto fail;
+				}
+			}
+			s->st.n_layer_experts++;
+		}
+	}
+	s->slot_bytes = moe_experts_slot_bytes(m);
+	s->st.fixed_bytes = moe_experts_fixed_bytes(m);
+	s->st.expert_bytes = moe_experts_total_bytes(m);
+	uint64_t need = s->st.fixed_bytes + (uint64_t)s->n_expert * s->slot_bytes;
+	if (p->budget < need) {
+		rc = moe_err(e, MOE_EINVAL,
+			     "memory budget %.1f MiB is below the minimum of %.1f MiB for %s "
+			     "(non-expert weights %.1f MiB + one layer of %d experts x %.2f MiB)",
+			     (double)p->budget / 1048576, (double)need / 1048576, u->path,
+			     (double)s->st.fixed_bytes / 1048576, s->n_expert,
+			     (double)s->slot_bytes / 1048576);
+		goto fail;
+	}
+	s->n_slots = (size_t)((p->budget - s->st.fixed_bytes) / s->slot_bytes);
+	if (s->n_slots > s->st.n_layer_experts)
+		s->n_slots = (size_t)s->st.n_layer_experts;
+	s->cache_bytes = s->n_slots * s->slot_bytes;
+	s->cache = mmap(NULL, s->cache_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (s->cache == MAP_FAILED) {
+		s->cache = NULL;
+		rc = moe_err(e, MOE_ENOMEM, "cannot map an expert cache of %zu bytes", s->cache_bytes);
+		goto fail;
+	}
+#ifdef MADV_HUGEPAGE
+	madvise(s->cache, s->cache_bytes, MADV_HUGEPAGE);
+#endif
+	s->slots = calloc(s->n_slots, sizeof *s->slots);
+	if (!s->slots) {
+		rc = moe_err(e, MOE_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (size_t i = 0; i < s->n_slots; i++)
+		s->slots[i].key = -1;
+	/* The map's expert pages are never touched now.  Readahead on a fault
+	 * in the dense part would pull neighbouring expert pages into the page
+	 * cache (megabytes per fault): no readahead on the map, and the dense
+	 * tensors, exactly, asked for ahead instead. */
+	madvise((void *)u->map, round_up(u->file_size, 4096), MADV_RANDOM);
+	for (uint64_t t = 0; t < u->n_tensors; t++)
+		if (u->tensors[t].expert == MOE_UTH_NONE && u->tensors[t].size)
+			madvise((void *)(u->map + u->tensors[t].offset),
+				round_up(u->tensors[t].size, 4096), MADV_WILLNEED);
+	s->fd = p->buffered ? -1 : open(s->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	s->direct = s->fd >= 0;
+	if (s->fd < 0) {
+		if (!p->buffered)
+			moe_log(MOE_LOG_WARN,
+				"%s: O_DIRECT refused (%s); expert reads go through the page cache",
+				s->path, strerror(errno));
+		s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+		if (s->fd < 0) {
+			rc = moe_err(e, MOE_EIO, "%s: %s", s->path, strerror(errno));
+			goto fail;
+		}
+	}
+	if (fstat(s->fd, &s->st0) < 0 || (uint64_t)s->st0.st_size != u->file_size) {
+		rc = moe_err(e, MOE_EIO, "%s: the model file changed since it was opened", s->path);
+		goto fail;
+	}
+	/* expert pages that the model's loading read ahead are not ours to keep */
+	for (size_t k = 0; k < nk; k++)
+		if (s->spans[k].len)
+			posix_fadvise(s->fd, (off_t)s->spans[k].off, (off_t)s->spans[k].len,
+				      POSIX_FADV_DONTNEED);
+	s->depth = 64;
+	if (!p->no_uring) {
+		int r = io_uring_queue_init(s->depth, &s->ring, 0);
+		if (r < 0)
+			moe_log(MOE_LOG_WARN, "io_uring unavailable (%s): synchronous expert reads",
+				strerror(-r));
+		else
+			s->uring = true;
+	}
+	s->st.direct = s->direct;
+	s->st.uring = s->uring;
+	s->st.slots = s->n_slots;
+	s->st.slot_bytes = s->slot_bytes;
+	if (p->profile && (rc = warm_start(s, e)) < 0)
+		goto fail;
+	if (!p->profile && s->n_slots == s->st.n_layer_experts && (rc = load_all(s, e)) < 0)
+		goto fail;
+	moe_experts_reset_stats(&s->pub);
+	*out = &s->pub;
+	return 0;
+fail:
+	moe_experts_close(&s->pub);
+	return rc;
+}
+
+void moe_experts_get_stats(moe_expert_store *pub, moe_experts_stats *out)
+{
+	store *s = (store *)pub;
+	pthread_mutex_lock(&s->mu);
+	*out = s->st;
+	pthread_mutex_unlock(&s->mu);
+}
+
+void moe_experts_reset_stats(moe_expert_store *pub)
+{
+	store *s = (store *)pub;
+	pthread_mutex_lock(&s->mu);
+	moe_experts_stats k = s->st;
+	memset(&s->st, 0, sizeof s->st);
+	s->st.slots = k.slots, s->st.slot_bytes = k.slot_bytes, s->st.fixed_bytes = k.fixed_bytes;
+	s->st.expert_bytes = k.expert_bytes, s->st.n_layer_experts = k.n_layer_experts;
+	s->st.direct = s->direct, s->st.uring = s->uring;
+	for (size_t i = 0; i < s->n_slots; i++)
+		s->slots[i].by_prefetch = false; /* counted with the old figures */
+	pthread_mutex_unlock(&s->mu);
+}
+
+void moe_experts_inject_fault(moe_expert_store *pub, int kind, uint64_t nth)
+{
+	store *s = (store *)pub;
+	pthread_mutex_lock(&s->mu);
+	s->fault_kind = kind;
+	s->fault_nth = nth ? s->n_issued + nth : 0;
+	pthread_mutex_unlock(&s->mu);
+}
+
+void moe_experts_drop(moe_expert_store *pub)
+{
+	store *s = (store *)pub;
+	pthread_mutex_lock(&s->mu);
+	while (s->inflight && !s->err)
+		reap_one(s, true);
+	for (size_t i = 0; i < s->n_slots; i++)
+		if (!s->slots[i].pinned && !s->slots[i].refs && s->slots[i].state != SLOT_LOADING)
+			drop_slot(s, i);
+	pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,83 @@
+#!/bin/sh
+# t1000-stream.sh — moe-run --mem-budget: experts streamed from the file give
+# the same greedy tokens as the resident model for every MoE architecture
+# (F32 tiny and Q4_K_M small shapes), at the smallest budget (one layer of
+# experts), half the model and all of it, with --parallel requests and one or
+# two threads; the error paths: a dense model, a budget below the minimum,
+# an I/O error and a short read on the Nth read (MOE_TEST_IO_FAULT),
+# --verify-reads without --mem-budget.
+. "$top_srcdir/tests/cli/lib.sh"
+GEN="$PYTHON3 $top_srcdir/scripts/gen-model"
+RUN="$BIN/moe-run"
+PROMPT="The quick brown fox jumps over"
+
+for spec in "mixtral f32 tiny" "olmoe f32 tiny" "qwen2moe f32 tiny" "qwen3moe f32 tiny" \
+	    "mixtral q4_k_m small" "olmoe q4_k_m small"; do
+	set -- $spec
+	name="$1-$2"
+	if ! $GEN --arch "$1" --type "$2" --shape "$3" --format gguf --seed 7 --out "$T/$name" \
+		>"$T/gen.err" 2>&1 || ! "$BIN/moe-convert" "$T/$name.gguf" "$T/$name.uth" >>"$T/gen.err" 2>&1; then
+		ok 1 "$name: generate and convert"; sed 's/^/#   /' "$T/gen.err"; continue
+	fi
+	rm -f "$T/$name.gguf"
+	"$RUN" -m "$T/$name.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos > "$T/ref.txt" 2>"$T/err"
+	ok $? "$name: resident run"
+	for b in min 90% 100%; do
+		for t in 1 2; do
+			"$RUN" -m "$T/$name.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos -t $t \
+				--mem-budget $b > "$T/out.txt" 2>"$T/err"
+			st=$?
+			[ $st -eq 0 ] && cmp -s "$T/out.txt" "$T/ref.txt"
+			ok $? "$name: --mem-budget $b -t $t: same text"
+			[ $st -eq 0 ] || sed 's/^/#   /' "$T/err"
+		done
+	done
+	# several requests decoded together: each expert read serves all of them
+	printf '{"prompt": "%s", "n_predict": 12, "temperature": 0}\n' "a b" "c d e" "f" "g h i j" \
+		> "$T/in.jsonl"
+	"$RUN" -m "$T/$name.uth" --jsonl -np 4 < "$T/in.jsonl" > "$T/ref.jsonl" 2>/dev/null
+	"$RUN" -m "$T/$name.uth" --jsonl -np 4 --mem-budget min --verify-reads < "$T/in.jsonl" \
+		> "$T/out.jsonl" 2>"$T/err"
+	[ $? -eq 0 ] && [ -s "$T/ref.jsonl" ] && cmp -s "$T/out.jsonl" "$T/ref.jsonl"
+	ok $? "$name: --jsonl -np 4 --mem-budget min --verify-reads: same results"
+done
+
+M="$T/olmoe-f32.uth"
+$GEN --arch llama --format gguf --seed 3 --out "$T/dense" >/dev/null 2>&1 &&
+	"$BIN/moe-convert" "$T/dense.gguf" "$T/dense.uth" >/dev/null 2>&1
+"$RUN" -m "$T/dense.uth" -p x -n 2 --mem-budget 1G 2>"$T/err"; is $? 1 "dense model: failure"
+grep -q "no experts to stream" "$T/err"; ok $? "... saying why: $(cat "$T/err")"
+"$RUN" -m "$M" -p x -n 2 --mem-budget 4K 2>"$T/err"; is $? 1 "budget below the minimum: failure"
+grep -q "below the minimum" "$T/err"; ok $? "... naming it: $(cat "$T/err")"
+"$RUN" -m "$M" -p x -n 2 --mem-budget 12Q 2>"$T/err"; is $? 1 "bad size: failure"
+grep -q "bad size '12Q'" "$T/err"; ok $? "... naming it"
+"$RUN" -m "$M" -p x -n 2 --verify-reads 2>"$T/err"; is $? 1 "--verify-reads alone: failure"
+for f in eio:3 short:3; do
+	MOE_TEST_IO_FAULT=$f "$RUN" -m "$M" -p "$PROMPT" -n 8 --mem-budget min >/dev/null 2>"$T/err"
+	is $? 1 "read 3 fails ($f): exit 1"
+	grep -Eq "(Input/output error|short read).*expert|expert.*(Input/output error|short read)" \
+		"$T/err"; ok $? "... with a clear message: $(cat "$T/err")"
+done
+# moe-bench --mem-budget: one JSON object per budget with the figures
+"$BIN/moe-bench" -m "$M" --mem-budget 90%,resident -n 8 -o json > "$T/b.json" 2>"$T/err"
+ok $? "moe-bench --mem-budget 90%,resident -o json"
+$PYTHON3 - "$T/b.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 2, rows
+s, r = rows
+for k in ("tok_s", "hit_rate", "prediction_accuracy", "bytes_read_per_token", "io_wait_s",
+          "pct_of_io_bound", "disk_bw_bytes_s", "slots"):
+    assert k in s, k
+assert s["tok_s"] > 0 and 0 <= s["hit_rate"] <= 1 and 0 <= s["prediction_accuracy"] <= 1
+assert s["disk_bw_bytes_s"] > 0 and s["slots"] > 0 and r["slots"] == 0 and r["hit_rate"] == 1
+PY
+ok $? "... with tokens/s, hit rate, prediction accuracy, bytes/token, % of the I/O bound"
+"$BIN/moe-bench" -m "$M" --mem-budget 1K -n 4 2>"$T/err" >/dev/null; is $? 1 "moe-bench: budget too small: failure"
+"$BIN/moe-bench" -m "$M" --mem-budget 90% --policy mru 2>/dev/null >/dev/null; is $? 2 "--policy mru: usage error"
+# moe-bench --plan: predictions for a few budgets and a recommendation
+"$BIN/moe-bench" -m "$M" --plan > "$T/plan.txt" 2>"$T/err"; ok $? "moe-bench --plan"
+grep -q "^recommended: --mem-budget [0-9]*M" "$T/plan.txt" && grep -q "largest that fits" "$T/plan.txt"
+ok $? "... recommends a budget"
+"$BIN/moe-bench" -m "$T/dense.uth" --plan >/dev/null 2>"$T/err"; is $? 1 "--plan on a dense model: failure"
+done_testing

@@ -1,0 +1,316 @@
+/* t-experts — the streamed expert store on the demo model (share/moe-demo.uth):
+ * logits bit for bit equal to the resident store's at several budgets (down
+ * to one layer of experts), both policies, O_DIRECT, buffered and pread
+ * I/O, a warm start from a profile; two engines in two threads sharing a
+ * store of the minimum size; faults: an I/O error or a short read on the Nth
+ * read, a file changed under us, a corrupted expert with verify_reads; a
+ * budget below the minimum. */
+#include "engine.h"
+#include "experts.h"
+#include "tap.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef MOE_SRC_SHAREDIR
+#define MOE_SRC_SHAREDIR "share"
+#endif
+
+enum { N_PROMPT = 24, N_DECODE = 16 };
+
+/* Prefill N_PROMPT tokens at once, then decode N_DECODE one by one (all
+ * logits kept), through `store` (NULL: resident). */
+static int run(moe_model *m, moe_expert_store *store, float *logits, moe_error *e)
+{
+	moe_engine *eng;
+	moe_seq *s = NULL;
+	int nv = (int)m->hp.n_vocab;
+	int32_t ids[N_PROMPT + N_DECODE];
+	for (int i = 0; i < N_PROMPT + N_DECODE; i++)
+		ids[i] = 3 + (i * 53) % 700;
+	if (moe_engine_new(&eng, m, &(moe_engine_params){.kv_size = 128, .n_threads = 2, .experts = store},
+			   e) < 0)
+		return -1;
+	int rc = moe_seq_new(&s, eng, e);
+	if (rc == 0)
+		rc = moe_seq_eval(s, ids, N_PROMPT, logits, true, e);
+	for (int i = 0; rc == 0 && i < N_DECODE; i++)
+		rc = moe_seq_eval(s, ids + N_PROMPT + i, 1, logits + (size_t)(N_PROMPT + i) * nv, false,
+				  e);
+	moe_seq_free(s);
+	moe_engine_free(eng);
+	return rc;
+}
+
+typedef struct {
+	moe_model *m;
+	moe_expert_store *st;
+	float *out;
+	int rc;
+	moe_error e;
+} job;
+
+static void *thread_run(void *arg)
+{
+	job *j = arg;
+	for (int i = 0; i < 3 && j->rc == 0; i++)
+		j->rc = run(j->m, j->st, j->out, &j->e);
+	return NULL;
+}
+
+static int copy_file(const char *from, const char *to)
+{
+	FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+	char buf[1 << 16];
+	size_t n;
+	int rc = a && b ? 0 : -1;
+	while (rc == 0 && (n = fread(buf, 1, sizeof buf, a)) > 0)
+		rc = fwrite(buf, 1, n, b) == n ? 0 : -1;
+	if (a)
+		fclose(a);
+	if (b && fclose(b))
+		rc = -1;
+	return rc;
+}
+
+int main(void)
+{
+	const char *path = MOE_SRC_SHAREDIR "/moe-demo.uth";
+	moe_error e = {0};
+	moe_model *m;
+	if (moe_model_load(&m, path, &e) < 0)
+		tap_skip_all("the demo model is not available");
+	size_t nl = (size_t)(N_PROMPT + N_DECODE) * m->hp.n_vocab;
+	float *ref = malloc(nl * sizeof *ref), *got = malloc(nl * sizeof *got),
+	      *got2 = malloc(nl * sizeof *got2);
+	ok(run(m, NULL, ref, &e) == 0, "resident run");
+
+	uint64_t fixed = moe_experts_fixed_bytes(m), slot = moe_experts_slot_bytes(m),
+		 total = moe_experts_total_bytes(m);
+	int n_moe = 0;
+	for (uint32_t l = 0; l < m->hp.n_layer; l++)
+		n_moe += m->layers[l].is_moe;
+	uint64_t n_all = (uint64_t)n_moe * m->hp.n_expert;
+	ok(slot % 4096 == 0 && slot * n_all >= total && fixed > 0, "sizes: slot %llu, fixed %llu",
+	   (unsigned long long)slot, (unsigned long long)fixed);
+	tap_diag("demo: %d MoE layers x %u experts (k %u), slot %llu B, fixed %llu B", n_moe,
+		 m->hp.n_expert, m->hp.n_expert_used, (unsigned long long)slot,
+		 (unsigned long long)fixed);
+
+	/* budgets: one layer of experts (the minimum), 25%, 50%, all */
+	uint64_t slots[4] = {m->hp.n_expert, n_all / 4, n_all / 2, n_all};
+	const char *pname[2] = {"lfru", "lru"};
+	for (int b = 0; b < 4; b++)
+		for (int pol = 0; pol < 2; pol++) {
+			moe_expert_store *st;
+			moe_experts_params p = {.budget = fixed + slots[b] * slot, .policy = pol};
+			if (moe_experts_open(&st, m, &p, &e) < 0) {
+				ok(0, "open: %s", e.msg);
+				continue;
+			}
+			memset(got, 0, nl * sizeof *got);
+			int rc = run(m, st, got, &e);
+			moe_experts_stats s;
+			moe_experts_get_stats(st, &s);
+			ok(rc == 0 && !memcmp(got, ref, nl * sizeof *got),
+			   "%s, %llu slots: logits equal the resident store's bit for bit (%s)", pname[pol],
+			   (unsigned long long)s.slots, rc ? e.msg : "ok");
+			/* a cache for every expert is filled at open: no reads later */
+			ok(s.slots == slots[b] && s.requests > 0 && s.hits <= s.requests &&
+			   (b < 3 ? s.bytes_read > 0 : s.reads == 0 && s.hits == s.requests),
+			   "  stats: %llu requests, %llu hits, %llu reads, %llu prefetch reads, %llu "
+			   "used, predicted %llu/%llu, direct %d uring %d",
+			   (unsigned long long)s.requests, (unsigned long long)s.hits,
+			   (unsigned long long)s.reads, (unsigned long long)s.prefetch_reads,
+			   (unsigned long long)s.prefetch_used, (unsigned long long)s.predicted_right,
+			   (unsigned long long)s.predicted, s.direct, s.uring);
+			moe_experts_close(st);
+		}
+
+	/* warm start and pinning from a profile (expert x of layer l chosen
+	 * x + l times): the cache starts full, the pinned experts stay */
+	{
+		char prof[] = "/tmp/t-experts-prof.XXXXXX";
+		int pfd = mkstemp(prof);
+		FILE *f = pfd >= 0 ? fdopen(pfd, "w") : NULL;
+		if (f) {
+			fprintf(f, "{\"format\": \"moe-expert-stats\", \"n_layer\": %u, \"n_expert\": %u, "
+				   "\"layers\": [", m->hp.n_layer, m->hp.n_expert);
+			for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+				fprintf(f, "%s{\"layer\": %u, \"counts\": [", l ? ", " : "", l);
+				for (uint32_t x = 0; x < m->hp.n_expert; x++)
+					fprintf(f, "%s%u", x ? ", " : "", x + l);
+				fprintf(f, "]}");
+			}
+			fprintf(f, "]}\n");
+			fclose(f);
+		}
+		moe_expert_store *st = NULL;
+		moe_experts_params p = {.budget = fixed + slots[2] * slot, .profile = prof,
+					.pin_fraction = 0.25};
+		int rc = moe_experts_open(&st, m, &p, &e);
+		moe_experts_stats s0 = {0}, s = {0};
+		if (rc == 0) {
+			moe_experts_get_stats(st, &s0);
+			rc = run(m, st, got, &e);
+			moe_experts_get_stats(st, &s);
+		}
+		ok(rc == 0 && !memcmp(got, ref, nl * sizeof *got) && s0.reads == 0 &&
+		   s.hits > 0, "warm start + pin from a profile: same logits (%s; %llu hits of %llu)",
+		   rc ? e.msg : "ok", (unsigned long long)s.hits, (unsigned long long)s.requests);
+		moe_experts_close(st);
+		/* a profile of another shape is refused */
+		FILE *g = fopen(prof, "w");
+		if (g) {
+			fprintf(g, "{\"n_layer\": 99, \"n_expert\": 3, \"layers\": []}");
+			fclose(g);
+		}
+		st = NULL;
+		e = (moe_error){0};
+		ok(moe_experts_open(&st, m, &p, &e) == MOE_EFORMAT && !st &&
+		   strstr(e.msg, "not a moe-bench --expert-stats profile"), "a profile of another model: %s",
+		   e.msg);
+		unlink(prof);
+	}
+
+	/* buffered reads and synchronous pread */
+	for (int mode = 0; mode < 2; mode++) {
+		moe_expert_store *st;
+		moe_experts_params p = {.budget = fixed + slots[1] * slot, .buffered = mode == 0,
+					.no_uring = mode == 1, .verify_reads = true};
+		int rc = moe_experts_open(&st, m, &p, &e);
+		if (rc == 0)
+			rc = run(m, st, got, &e);
+		moe_experts_stats s = {0};
+		if (st)
+			moe_experts_get_stats(st, &s);
+		ok(rc == 0 && !memcmp(got, ref, nl * sizeof *got) && (mode == 1 || !s.direct) &&
+		   (mode == 0 || !s.uring),
+		   "%s with verify_reads: same logits", mode ? "pread" : "buffered");
+		moe_experts_close(st);
+	}
+
+	/* two engines in two threads share a store of one layer of experts:
+	 * an expert in use is never evicted under the other */
+	{
+		moe_expert_store *st;
+		moe_experts_params p = {.budget = fixed + (slots[0] + 1) * slot};
+		job j[2] = {{m, NULL, got, 0, {0}}, {m, NULL, got2, 0, {0}}};
+		if (moe_experts_open(&st, m, &p, &e) == 0) {
+			j[0].st = j[1].st = st;
+			pthread_t th[2];
+			for (int i = 0; i < 2; i++)
+				pthread_create(&th[i], NULL, thread_run, &j[i]);
+			for (int i = 0; i < 2; i++)
+				pthread_join(th[i], NULL);
+			/* with one spare slot, a thread may find the cache full of the other's experts */
+			bool okk = true;
+			for (int i = 0; i < 2; i++)
+				okk &= j[i].rc == 0 ? !memcmp(j[i].out, ref, nl * sizeof *got)
+						    : strstr(j[i].e.msg, "exhausted") != NULL;
+			ok(okk, "two threads on one small store: same logits or a clear 'exhausted' (%s / %s)",
+			   j[0].rc ? j[0].e.msg : "ok", j[1].rc ? j[1].e.msg : "ok");
+			moe_experts_close(st);
+		} else
+			ok(0, "open: %s", e.msg);
+		p.budget = fixed + 2 * slots[0] * slot;
+		j[0].rc = j[1].rc = 0;
+		if (moe_experts_open(&st, m, &p, &e) == 0) {
+			j[0].st = j[1].st = st;
+			pthread_t th[2];
+			for (int i = 0; i < 2; i++)
+				pthread_create(&th[i], NULL, thread_run, &j[i]);
+			for (int i = 0; i < 2; i++)
+				pthread_join(th[i], NULL);
+			ok(j[0].rc == 0 && j[1].rc == 0 && !memcmp(got, ref, nl * sizeof *got) &&
+			   !memcmp(got2, ref, nl * sizeof *got),
+			   "two threads, two layers of slots: both bit-identical (%s)",
+			   j[0].rc ? j[0].e.msg : j[1].rc ? j[1].e.msg : "ok");
+			moe_experts_close(st);
+		}
+	}
+
+	/* faults on the Nth read: a clear error, and every later call fails too */
+	for (int kind = MOE_EXPERTS_FAULT_EIO; kind <= MOE_EXPERTS_FAULT_SHORT; kind++) {
+		moe_expert_store *st;
+		moe_experts_params p = {.budget = fixed + slots[0] * slot};
+		moe_experts_open(&st, m, &p, &e);
+		moe_experts_inject_fault(st, kind, 5);
+		e = (moe_error){0};
+		int rc = run(m, st, got, &e);
+		const char *want = kind == MOE_EXPERTS_FAULT_EIO ? "Input/output error" : "short read";
+		ok(rc == MOE_EIO && strstr(e.msg, want) && strstr(e.msg, "moe-demo.uth"),
+		   "%s on read 5: MOE_EIO: %s", kind == MOE_EXPERTS_FAULT_EIO ? "EIO" : "short read",
+		   e.msg);
+		e = (moe_error){0};
+		ok(run(m, st, got, &e) == MOE_EIO, "  and the store stays failed");
+		moe_experts_close(st);
+	}
+
+	/* a copy of the model: changed under us; corrupted with verify_reads */
+	char tmp[] = "/tmp/t-experts.XXXXXX";
+	int fd = mkstemp(tmp);
+	if (fd >= 0)
+		close(fd);
+	moe_model *m2 = NULL;
+	if (fd < 0 || copy_file(path, tmp) < 0 || moe_model_load(&m2, tmp, &e) < 0) {
+		ok(0, "copy of the model: %s", e.msg);
+	} else {
+		moe_expert_store *st;
+		moe_experts_params p = {.budget = fixed + slots[0] * slot, .verify_reads = true};
+		moe_experts_open(&st, m2, &p, &e);
+		struct timespec ts[2] = {{0, UTIME_OMIT}, {12345, 0}};
+		utimensat(AT_FDCWD, tmp, ts, 0);
+		e = (moe_error){0};
+		ok(run(m2, st, got, &e) == MOE_EIO && strstr(e.msg, "changed"),
+		   "file changed under us (mtime): %s", e.msg);
+		moe_experts_close(st);
+		/* flip a byte of the last expert of the last layer; keep the mtime */
+		moe_experts_open(&st, m2, &p, &e);
+		struct stat sb;
+		stat(tmp, &sb);
+		const moe_layer *L = &m2->layers[m2->hp.n_layer - 1];
+		off_t off = (const uint8_t *)L->exp_down[m2->hp.n_expert - 1].data - m2->file->map + 7;
+		int wfd = open(tmp, O_WRONLY);
+		unsigned char c = 0;
+		ok(wfd >= 0 && pread(open(tmp, O_RDONLY), &c, 1, off) == 1, "read the byte");
+		c ^= 0x5a;
+		ok(pwrite(wfd, &c, 1, off) == 1, "corrupt one byte of an expert");
+		close(wfd);
+		struct timespec keep[2] = {sb.st_atim, sb.st_mtim};
+		utimensat(AT_FDCWD, tmp, keep, 0);
+		e = (moe_error){0};
+		/* the corrupted expert is read sooner or later with one layer of slots */
+		int rc = 0;
+		for (int i = 0; i < 4 && rc == 0; i++)
+			rc = run(m2, st, got, &e);
+		ok(rc == MOE_ECHECKSUM && strstr(e.msg, "verify-reads"), "verify_reads: %s", e.msg);
+		moe_experts_close(st);
+		moe_model_free(m2);
+	}
+	unlink(tmp);
+
+	/* a budget below the minimum names it */
+	{
+		moe_expert_store *st = NULL;
+		moe_experts_params p = {.budget = fixed + (slots[0] - 1) * slot};
+		e = (moe_error){0};
+		ok(moe_experts_open(&st, m, &p, &e) == MOE_EINVAL && !st && strstr(e.msg, "minimum"),
+		   "budget below one layer of experts: %s", e.msg);
+		uint64_t v;
+		ok(moe_experts_parse_size("1536M", 0, &v, &e) == 0 && v == 1536ull << 20 &&
+		   moe_experts_parse_size("2GiB", 0, &v, &e) == 0 && v == 2ull << 30 &&
+		   moe_experts_parse_size("50%", 1000, &v, &e) == 0 && v == 500 &&
+		   moe_experts_parse_size("12X", 0, &v, &e) == MOE_EINVAL &&
+		   moe_experts_parse_size("", 0, &v, &e) == MOE_EINVAL,
+		   "sizes parse (1536M, 2GiB, 50%%; 12X and '' refused)");
+	}
+	free(ref), free(got), free(got2);
+	moe_model_free(m);
+	return tap_done();
+}
