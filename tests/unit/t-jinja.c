@@ -14,6 +14,7 @@
  */
 #include <config.h>
 
+#include "engine.h"
 #include "tap.h"
 #include "text.h"
 
@@ -328,6 +329,38 @@ static void test_apply(const char *top)
 	ok(rc == 0 && strcmp(out, twant) == 0, "... reasoning_content and enable_thinking=false");
 	free(out);
 	o.vars = NULL;
+
+	/* A JSON request (moe-run --jsonl, the server) carries the same:
+	 * messages with tool calls and replies, "tools", and the template's
+	 * variables as "chat_template_kwargs"; they reach the template
+	 * unchanged (the model's own template, a generation prompt). */
+	json_t *req = json_pack("{s:O, s:O, s:i}", "messages", json_object_get(conv, "messages"),
+				"tools", json_object_get(conv, "tools"), "max_tokens", 4);
+	json_t *treq = json_pack("{s:O, s:O}", "messages", json_object_get(tconv, "messages"),
+				 "chat_template_kwargs", json_object_get(tconv, "vars"));
+	char *rtext = req ? json_dumps(req, 0) : NULL, *ttext = treq ? json_dumps(treq, 0) : NULL;
+	moe_req_defaults d = {.params = moe_req_params_defaults()};
+	moe_req_input in;
+	rc = rtext ? moe_req_parse(rtext, strlen(rtext), t, &d, &in, &e) : -1;
+	ok(rc == 0 && in.chat && strcmp(in.prompt, want) == 0,
+	   "moe_req_parse: a request's messages with tool calls and its tools reach the "
+	   "template%s%s", rc ? ": " : "", rc ? e.msg : "");
+	if (rc == 0)
+		moe_req_input_free(&in);
+	rc = ttext ? moe_req_parse(ttext, strlen(ttext), t, &d, &in, &e) : -1;
+	ok(rc == 0 && strcmp(in.prompt, twant) == 0,
+	   "... reasoning_content, and chat_template_kwargs as template variables");
+	if (rc == 0)
+		moe_req_input_free(&in);
+	const char *badreq = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+			  "\"tools\": {\"a\": 1}}";
+	rc = moe_req_parse(badreq, strlen(badreq), t, &d, &in, &e);
+	ok(rc == MOE_EINVAL && strstr(e.msg, "tools"), "... tools that are not an array: %s",
+	   e.msg);
+	free(rtext);
+	free(ttext);
+	json_decref(req);
+	json_decref(treq);
 	o.template_name = "tool_use";
 	o.tools = json_object_get(conv, "tools");
 	rc = moe_chat_apply(t, json_object_get(conv, "messages"), &o, &out, &len, &e);
