@@ -569,6 +569,7 @@ static void scope_set(jrender *r, scope *s, const char *name, jv v)
 
 static jv eval(jrender *r, node *n, scope *sc);
 static int exec(jrender *r, node *body, scope *sc);
+static jv call_loop(jrender *r, jloop *lp, jv *args, size_t n);
 
 static void step(jrender *r)
 {
@@ -664,6 +665,8 @@ static jv call_macro(jrender *r, jfunc *f, jv *args, const char **kw, size_t n)
 
 jv jx_call(jrender *r, jv fn, jv *args, const char **kw, size_t n)
 {
+	if (fn.t == JV_LOOP)
+		return call_loop(r, fn.loop, args, n);
 	if (fn.t != JV_FUNC) {
 		if (fn.t == JV_UNDEF && fn.s)
 			jx_fail(r, MOE_EINVAL, "'%.*s' is undefined", (int)fn.n, fn.s);
@@ -1012,12 +1015,11 @@ static void bind(jrender *r, scope *sc, node *n, jv v)
 		scope_set(r, sc, n->names[i], l->v[i]);
 }
 
-static int exec_for(jrender *r, node *n, scope *sc)
+/* The body of for loop n over items at recursion depth `depth` (1 for the
+ * loop itself, +1 for each loop(...) call of a recursive loop: nested
+ * loops that are not recursive start at 1 again, as in Jinja). */
+static int run_for(jrender *r, node *n, scope *sc, jlist *items, int depth)
 {
-	jv it = eval(r, n->a, sc);
-	r->line = n->line;
-	/* An undefined name iterates as empty, as Jinja's Undefined. */
-	jlist *items = jv_iter(r, &it);
 	if (n->d) {
 		/* {% for x in y if cond %}: filtered before loop.* is counted. */
 		jlist *kept = jv_list_new(r, items->n).l;
@@ -1032,9 +1034,13 @@ static int exec_for(jrender *r, node *n, scope *sc)
 		items = kept;
 	}
 	jloop *lp = jx_alloc(r, sizeof *lp);
+	memset(lp, 0, sizeof *lp);
 	lp->items = items;
-	jv *outer = scope_lookup(sc, "loop", 4);
-	lp->depth = outer && outer->t == JV_LOOP ? outer->loop->depth + 1 : 1;
+	lp->depth = depth;
+	if (n->neg) {
+		lp->rec = n;
+		lp->rec_scope = sc;
+	}
 	jv lv = {0};
 	lv.t = JV_LOOP;
 	lv.loop = lp;
@@ -1055,6 +1061,40 @@ static int exec_for(jrender *r, node *n, scope *sc)
 	if (!items->n && n->c)
 		return exec(r, n->c, sc);
 	return FLOW_NEXT;
+}
+
+static int exec_for(jrender *r, node *n, scope *sc)
+{
+	jv it = eval(r, n->a, sc);
+	r->line = n->line;
+	/* An undefined name iterates as empty, as Jinja's Undefined. */
+	return run_for(r, n, sc, jv_iter(r, &it), 1);
+}
+
+/* loop(items) in a recursive loop: the loop's body over items, one level
+ * deeper, as a string. */
+static jv call_loop(jrender *r, jloop *lp, jv *args, size_t n)
+{
+	if (!lp->rec)
+		jx_fail(r, MOE_EINVAL, "The loop must have the 'recursive' marker to be called "
+			"recursively.");
+	if (n != 1)
+		jx_fail(r, MOE_EINVAL, "loop() takes one iterable");
+	if (++r->depth > r->max_depth)
+		jx_fail(r, MOE_ERANGE, "recursion limit reached (%u nested loop calls)",
+			r->max_depth);
+	int line = r->line;
+	jlist *items = jv_iter(r, &args[0]);
+	moe_sbuf *saved = r->out;
+	push_buf(r);
+	r->out = &r->bufs[r->n_bufs - 1];
+	run_for(r, lp->rec, lp->rec_scope, items, lp->depth + 1);
+	r->out = saved;
+	jv out = pop_buf(r);
+	r->line = line;
+	r->depth--;
+	out.safe = 1;
+	return out;
 }
 
 static int exec(jrender *r, node *body, scope *sc)

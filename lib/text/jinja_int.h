@@ -130,6 +130,10 @@ struct jloop {
 	jlist *items;
 	size_t index0;
 	int depth;
+	node *rec;        /* {% for ... recursive %}: the loop, for loop(items) */
+	struct scope *rec_scope; /* ... and the scope it runs in */
+	jv changed_last; /* loop.changed(): the arguments of the last call (a tuple) */
+	bool changed_seen;
 };
 
 typedef struct jrender {

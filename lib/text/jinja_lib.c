@@ -1125,7 +1125,18 @@ jv jx_call_builtin(jrender *r, jfunc *f, jv *args, const char **kw, size_t n)
 				jx_fail(r, MOE_EINVAL, "no items for cycling given");
 			return args[f->self.loop->index0 % n];
 		}
-		jx_fail(r, MOE_EINVAL, "loop.changed is not supported");
+		/* loop.changed(*args): true on the first call and whenever the
+		 * arguments differ from the last call's (compared as tuples). */
+		jloop *lp = f->self.loop;
+		jv now = jv_list_new(r, n);
+		now.tuple = 1;
+		for (size_t i = 0; i < n; i++)
+			jlist_push(r, now.l, args[i]);
+		if (lp->changed_seen && jv_equal(&lp->changed_last, &now))
+			return jv_bool(false);
+		lp->changed_last = now;
+		lp->changed_seen = true;
+		return jv_bool(true);
 	}
 	if (f->kind == FN_CYCLER_NEXT || f->kind == FN_JOINER) {
 		jv *pos = jdict_get(f->state, "pos", 3);
@@ -1347,7 +1358,7 @@ static const char filters[] =
 	"forceescape\0format\0indent\0int\0items\0join\0last\0length\0list\0lower\0map\0max\0"
 	"min\0reject\0rejectattr\0replace\0reverse\0round\0safe\0select\0selectattr\0sort\0"
 	"string\0sum\0title\0tojson\0trim\0unique\0upper\0wordcount\0center\0truncate\0"
-	"batch\0striptags\0";
+	"batch\0striptags\0slice\0urlencode\0xmlattr\0";
 
 bool jx_has_filter(const char *name)
 {
@@ -1465,6 +1476,152 @@ static size_t len_of(jrender *r, const jv *v)
 	default: break;
 	}
 	jx_fail(r, MOE_EINVAL, "object of type '%s' has no len()", jv_type_name(v));
+}
+
+/* Python's html.unescape for the references striptags meets: numeric ones
+ * and the five of XML plus nbsp.  Other named references (the HTML5 table
+ * has 2,231) are refused rather than left wrong. */
+static void html_unescape_to(jrender *r, moe_sbuf *b, const char *s, size_t n)
+{
+	static const struct { const char *name; uint32_t cp; } named[] = {
+		{"amp;", '&'}, {"lt;", '<'}, {"gt;", '>'}, {"quot;", '"'}, {"apos;", '\''},
+		{"nbsp;", 0xA0},
+	};
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] != '&') {
+			jx_add(r, b, s + i, 1);
+			continue;
+		}
+		size_t j = i + 1;
+		if (j < n && s[j] == '#') {
+			bool hex = j + 1 < n && (s[j + 1] == 'x' || s[j + 1] == 'X');
+			size_t k = j + 1 + hex, d0 = k;
+			uint64_t v = 0;
+			while (k < n && (hex ? isxdigit((unsigned char)s[k]) : isdigit((unsigned char)s[k]))) {
+				if (v <= 0x10FFFF)
+					v = v * (hex ? 16 : 10) +
+					    (uint64_t)(isdigit((unsigned char)s[k]) ? s[k] - '0'
+							: (tolower((unsigned char)s[k]) - 'a' + 10));
+				k++;
+			}
+			if (k == d0) {
+				jx_add(r, b, s + i, 1);
+				continue;
+			}
+			if (k < n && s[k] == ';')
+				k++;
+			if (v >= 0x80 && v <= 0x9F)
+				jx_fail(r, MOE_EUNSUPPORTED, "striptags: character reference "
+					"'%.*s' (a Windows-1252 code) is not supported", (int)(k - i),
+					s + i);
+			if (v == 0 || (v >= 0xD800 && v <= 0xDFFF) || v > 0x10FFFF)
+				add_cp(r, b, 0xFFFD);
+			else if (v == 0x0D)
+				adds(r, b, "\r");
+			else if (!((v >= 0x1 && v <= 0x8) || v == 0xB || (v >= 0xE && v <= 0x1F) ||
+				   v == 0x7F || (v >= 0xFDD0 && v <= 0xFDEF) ||
+				   (v & 0xFFFF) == 0xFFFE || (v & 0xFFFF) == 0xFFFF))
+				add_cp(r, b, (uint32_t)v);
+			i = k - 1;
+			continue;
+		}
+		size_t k = j;
+		while (k < n && k - j < 32 && !strchr("\t\n\f <&#;", s[k]))
+			k++;
+		if (k == j) {
+			jx_add(r, b, s + i, 1);
+			continue;
+		}
+		size_t len = k - j + (k < n && s[k] == ';');
+		size_t m;
+		for (m = 0; m < sizeof named / sizeof named[0]; m++)
+			if (strlen(named[m].name) == len && memcmp(named[m].name, s + j, len) == 0)
+				break;
+		if (m == sizeof named / sizeof named[0])
+			jx_fail(r, MOE_EUNSUPPORTED, "striptags: HTML entity '&%.*s' is not supported",
+				(int)len, s + j);
+		add_cp(r, b, named[m].cp);
+		i = j + len - 1;
+	}
+}
+
+/* Markup(s).striptags(): comments, then tags, removed; whitespace runs to
+ * one space; entities unescaped (markupsafe 2.1). */
+static jv striptags(jrender *r, const jv *s)
+{
+	moe_sbuf *c = tmp_open(r);
+	for (size_t i = 0; i < s->n;) {
+		if (s->n - i >= 4 && memcmp(s->s + i, "<!--", 4) == 0) {
+			const char *e = memmem(s->s + i + 4, s->n - i - 4, "-->", 3);
+			if (e) {
+				i = (size_t)(e - s->s) + 3;
+				continue;
+			}
+		}
+		jx_add(r, c, s->s + i, 1);
+		i++;
+	}
+	jv nc = jv_str_copy(r, c->p ? c->p : "", c->len);
+	moe_sbuf *t = c;
+	t->len = 0;
+	for (size_t i = 0; i < nc.n;) {
+		if (nc.s[i] == '<') {
+			const char *e = memchr(nc.s + i + 1, '>', nc.n - i - 1);
+			if (e) {
+				i = (size_t)(e - nc.s) + 1;
+				continue;
+			}
+		}
+		jx_add(r, t, nc.s + i, 1);
+		i++;
+	}
+	jv nt = jv_str_copy(r, t->p ? t->p : "", t->len);
+	t->len = 0;
+	/* " ".join(value.split()) */
+	bool any = false;
+	for (size_t i = 0; i < nt.n;) {
+		uint32_t cp;
+		size_t l = next_cp(nt.s, nt.n, i, &cp);
+		if (ju_isspace(cp)) {
+			i += l;
+			continue;
+		}
+		size_t w = i;
+		while (w < nt.n) {
+			l = next_cp(nt.s, nt.n, w, &cp);
+			if (ju_isspace(cp))
+				break;
+			w += l;
+		}
+		if (any)
+			adds(r, t, " ");
+		jx_add(r, t, nt.s + i, w - i);
+		any = true;
+		i = w;
+	}
+	jv joined = jv_str_copy(r, t->p ? t->p : "", t->len);
+	t->len = 0;
+	html_unescape_to(r, t, joined.s, joined.n);
+	return tmp_close(r, t);
+}
+
+/* jinja2.utils.url_quote: UTF-8 bytes, unreserved characters kept ("/"
+ * too unless for a query string, where spaces become "+"). */
+static void url_quote_to(jrender *r, moe_sbuf *b, const jv *v, bool for_qs)
+{
+	jv s = jv_to_str(r, v);
+	for (size_t i = 0; i < s.n; i++) {
+		unsigned char c = (unsigned char)s.s[i];
+		if (isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (c == '/' && !for_qs)) {
+			jx_add(r, b, s.s + i, 1);
+		} else if (c == ' ' && for_qs) {
+			adds(r, b, "+");
+		} else {
+			char h[4];
+			snprintf(h, sizeof h, "%%%02X", c);
+			adds(r, b, h);
+		}
+	}
 }
 
 /* select/reject/selectattr/rejectattr */
@@ -1767,8 +1924,100 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		const char *s = want_str(r, nm, "attribute name", &l);
 		return jv_getattr(r, &in, s, l);
 	}
-	if (F("batch") || F("striptags") || F("truncate"))
-		jx_fail(r, MOE_EUNSUPPORTED, "filter '%s' is not supported", name);
+	if (F("batch")) {
+		jv *lc = arg(r, &a, 0, "linecount"), *fill = arg(r, &a, 1, "fill_with");
+		if (!lc)
+			jx_fail(r, MOE_EINVAL, "batch() takes a line count");
+		int64_t k = want_int(r, lc, "linecount");
+		if (k <= 0)
+			jx_fail(r, MOE_EINVAL, "batch: the line count must be positive");
+		jlist *l = jv_iter(r, &in);
+		jv out = jv_list_new(r, l->n / (size_t)k + 1);
+		for (size_t i = 0; i < l->n; i += (size_t)k) {
+			jv row = jv_list_new(r, (size_t)k);
+			for (size_t j = i; j < l->n && j < i + (size_t)k; j++)
+				jlist_push(r, row.l, l->v[j]);
+			while (fill && fill->t != JV_NONE && row.l->n < (size_t)k)
+				jlist_push(r, row.l, *fill);
+			jlist_push(r, out.l, row);
+		}
+		return out;
+	}
+	if (F("slice")) {
+		/* Jinja's do_slice: `slices` columns, the first len % slices one
+		 * longer; the others padded with fill_with when given. */
+		jv *sl = arg(r, &a, 0, "slices"), *fill = arg(r, &a, 1, "fill_with");
+		if (!sl)
+			jx_fail(r, MOE_EINVAL, "slice() takes a number of slices");
+		int64_t k = want_int(r, sl, "slices");
+		if (k <= 0 || k > 1000000)
+			jx_fail(r, MOE_EINVAL, "slice: the number of slices must be in 1..1000000");
+		jlist *l = jv_iter(r, &in);
+		size_t per = l->n / (size_t)k, extra = l->n % (size_t)k, off = 0;
+		jv out = jv_list_new(r, (size_t)k);
+		for (size_t sn = 0; sn < (size_t)k; sn++) {
+			size_t start = off + sn * per;
+			if (sn < extra)
+				off++;
+			size_t end = off + (sn + 1) * per;
+			jv col = jv_list_new(r, end - start + 1);
+			for (size_t j = start; j < end && j < l->n; j++)
+				jlist_push(r, col.l, l->v[j]);
+			if (fill && fill->t != JV_NONE && sn >= extra)
+				jlist_push(r, col.l, *fill);
+			jlist_push(r, out.l, col);
+		}
+		return out;
+	}
+	if (F("striptags")) {
+		jv sv = jv_to_str(r, &in);
+		return striptags(r, &sv);
+	}
+	if (F("urlencode")) {
+		moe_sbuf *b = tmp_open(r);
+		if (in.t != JV_LIST && in.t != JV_DICT) {
+			url_quote_to(r, b, &in, false);
+			return tmp_close(r, b);
+		}
+		jlist *pairs = in.t == JV_DICT ? dict_items(r, in.d).l : in.l;
+		for (size_t i = 0; i < pairs->n; i++) {
+			jlist *kv = jv_iter(r, &pairs->v[i]);
+			if (kv->n != 2)
+				jx_fail(r, MOE_EINVAL, "urlencode: expected (key, value) pairs");
+			if (i)
+				adds(r, b, "&");
+			url_quote_to(r, b, &kv->v[0], true);
+			adds(r, b, "=");
+			url_quote_to(r, b, &kv->v[1], true);
+		}
+		return tmp_close(r, b);
+	}
+	if (F("xmlattr")) {
+		bool autospace = opt_bool(arg(r, &a, 0, "autospace"), true);
+		if (in.t != JV_DICT)
+			jx_fail(r, MOE_EINVAL, "xmlattr: '%s' object has no attribute 'items'",
+				jv_type_name(&in));
+		moe_sbuf *b = tmp_open(r);
+		bool any = false;
+		for (size_t i = 0; i < in.d->n; i++) {
+			jv *v = &in.d->v[i];
+			if (v->t == JV_NONE || v->t == JV_UNDEF)
+				continue;
+			jv k = jv_to_str(r, &in.d->k[i]);
+			for (size_t j = 0; j < k.n; j++)
+				if (strchr(" \t\n\r\f\v/>=", k.s[j]) && k.s[j])
+					jx_fail(r, MOE_EINVAL, "Invalid character in attribute name: "
+						"'%.*s'", (int)k.n, k.s);
+			adds(r, b, any || autospace ? " " : "");
+			jv ek = html_escape(r, &k), vs = jv_to_str(r, v), ev = html_escape(r, &vs);
+			jx_add(r, b, ek.s, ek.n);
+			adds(r, b, "=\"");
+			jx_add(r, b, ev.s, ev.n);
+			adds(r, b, "\"");
+			any = true;
+		}
+		return tmp_close(r, b);
+	}
 	if (F("format")) {
 		if (in.t != JV_STR)
 			jx_fail(r, MOE_EINVAL, "format: not a string");
@@ -1797,6 +2046,39 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 	}
 	/* The rest work on the string form. */
 	jv s = need_str(r, &in);
+	if (F("truncate")) {
+		/* Jinja's do_truncate, lengths in code points; leeway 5 (the
+		 * default policy). */
+		jv *ln = arg(r, &a, 0, "length"), *kill = arg(r, &a, 1, "killwords");
+		jv *end = arg(r, &a, 2, "end"), *lee = arg(r, &a, 3, "leeway");
+		int64_t length = ln ? want_int(r, ln, "length") : 255;
+		int64_t leeway = lee && lee->t != JV_NONE ? want_int(r, lee, "leeway") : 5;
+		jv ends = end ? need_str(r, end) : jv_strn("...", 3);
+		int64_t elen = (int64_t)ju_len(ends.s, ends.n), slen = (int64_t)ju_len(s.s, s.n);
+		if (length < elen)
+			jx_fail(r, MOE_EINVAL, "expected length >= %" PRId64 ", got %" PRId64, elen,
+				length);
+		if (leeway < 0)
+			jx_fail(r, MOE_EINVAL, "expected leeway >= 0, got %" PRId64, leeway);
+		if (slen <= length + leeway)
+			return s;
+		size_t cut = ju_off(s.s, s.n, (size_t)(length - elen));
+		if (!opt_bool(kill, false)) {
+			/* s[:length - len(end)].rsplit(" ", 1)[0] */
+			const char *sp = NULL;
+			for (size_t i = cut; i-- > 0;)
+				if (s.s[i] == ' ') {
+					sp = s.s + i;
+					break;
+				}
+			if (sp)
+				cut = (size_t)(sp - s.s);
+		}
+		moe_sbuf *b = tmp_open(r);
+		jx_add(r, b, s.s, cut);
+		jx_add(r, b, ends.s, ends.n);
+		return tmp_close(r, b);
+	}
 	if (F("trim")) {
 		jv *chars = arg(r, &a, 0, "chars");
 		if (chars && chars->t == JV_NONE)

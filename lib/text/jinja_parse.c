@@ -1144,8 +1144,10 @@ static node *parse_stmt(parser *ps)
 			ps->pos++;
 			n->d = parse_expr(ps, true);
 		}
-		if (is_name(cur(ps), "recursive"))
-			fail_at(ps->r, line, "recursive for loops are not supported");
+		if (is_name(cur(ps), "recursive")) {
+			n->neg = 1; /* S_FOR: recursive */
+			ps->pos++;
+		}
 		expect_bend(ps);
 		ps->loops++;
 		n->b = parse_body(ps, "else\0endfor\0", "for", line);
