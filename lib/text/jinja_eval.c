@@ -608,7 +608,9 @@ static jv capture(jrender *r, node *body, scope *sc)
 	return pop_buf(r);
 }
 
-static jv call_macro(jrender *r, jfunc *f, jv *args, const char **kw, size_t n)
+/* A macro call; `caller` (or NULL) is the body of a {% call %} block. */
+static jv call_macro_with(jrender *r, jfunc *f, jv *args, const char **kw, size_t n,
+			  const jv *caller)
 {
 	node *def = f->macro->def;
 	if (++r->depth > r->max_depth)
@@ -655,12 +657,45 @@ static jv call_macro(jrender *r, jfunc *f, jv *args, const char **kw, size_t n)
 		}
 	scope_set(r, s, "varargs", varargs);
 	scope_set(r, s, "kwargs", kwargs);
+	if (caller)
+		scope_set(r, s, "caller", *caller);
 	int line = r->line;
 	jv out = capture(r, def->b, s);
 	r->line = line;
 	r->depth--;
 	out.safe = 1;
 	return out;
+}
+
+static jv call_macro(jrender *r, jfunc *f, jv *args, const char **kw, size_t n)
+{
+	return call_macro_with(r, f, args, kw, n, NULL);
+}
+
+static jv eval_args(jrender *r, node *n, scope *sc, jv **args);
+
+/* {% call(params) m(args) %}body{% endcall %}: m(args) with `caller`, a
+ * macro of params whose body is the block's, closed over this scope. */
+static jv exec_call_block(jrender *r, node *n, scope *sc)
+{
+	jv caller = {0};
+	caller.t = JV_FUNC;
+	caller.fn = jx_alloc(r, sizeof *caller.fn);
+	memset(caller.fn, 0, sizeof *caller.fn);
+	caller.fn->kind = FN_MACRO;
+	caller.fn->name = "caller";
+	caller.fn->macro = jx_alloc(r, sizeof *caller.fn->macro);
+	caller.fn->macro->def = n;
+	caller.fn->macro->closure = sc;
+	node *c = n->a;
+	jv fn = eval(r, c->a, sc);
+	jv *args;
+	eval_args(r, c, sc, &args);
+	r->line = n->line;
+	if (fn.t != JV_FUNC || fn.fn->kind != FN_MACRO)
+		jx_fail(r, MOE_EINVAL, "a call block must call a macro, not '%s'",
+			fn.t == JV_FUNC ? fn.fn->name : jv_type_name(&fn));
+	return call_macro_with(r, fn.fn, args, c->kw, c->n_args, &caller);
 }
 
 jv jx_call(jrender *r, jv fn, jv *args, const char **kw, size_t n)
@@ -1153,6 +1188,12 @@ static int exec(jrender *r, node *body, scope *sc)
 		case S_FILTER: {
 			jv v = capture(r, n->b, sc);
 			v = apply_chain(r, n->c, v, sc);
+			jv_str_to(r, r->out, &v);
+			break;
+		}
+		case S_CALLBLOCK: {
+			jv v = exec_call_block(r, n, sc);
+			r->line = n->line;
 			jv_str_to(r, r->out, &v);
 			break;
 		}

@@ -1358,7 +1358,8 @@ static const char filters[] =
 	"forceescape\0format\0indent\0int\0items\0join\0last\0length\0list\0lower\0map\0max\0"
 	"min\0reject\0rejectattr\0replace\0reverse\0round\0safe\0select\0selectattr\0sort\0"
 	"string\0sum\0title\0tojson\0trim\0unique\0upper\0wordcount\0center\0truncate\0"
-	"batch\0striptags\0slice\0urlencode\0xmlattr\0";
+	"batch\0striptags\0slice\0urlencode\0xmlattr\0groupby\0wordwrap\0pprint\0filesizeformat\0"
+	"urlize\0";
 
 bool jx_has_filter(const char *name)
 {
@@ -1924,6 +1925,10 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		const char *s = want_str(r, nm, "attribute name", &l);
 		return jv_getattr(r, &in, s, l);
 	}
+	if (F("groupby") || F("wordwrap") || F("pprint") || F("filesizeformat") || F("urlize"))
+		/* Jinja filters no chat template is known to use; refused by
+		 * name so a template with them falls back to a built-in format. */
+		jx_fail(r, MOE_EUNSUPPORTED, "filter '%s' is not supported", name);
 	if (F("batch")) {
 		jv *lc = arg(r, &a, 0, "linecount"), *fill = arg(r, &a, 1, "fill_with");
 		if (!lc)

@@ -169,6 +169,16 @@ static const struct {
 	{"{% raw %}{{ x }}{% endraw %}", "{}", "{{ x }}"},
 	{"a\r\nb\n", "{}", "a\nb"},
 	{"{{ '%s=%d' % ('x', 3) }} {{ '%s!' % 'hi' }} {{ '100%%' % () }}", "{}", "x=3 hi! 100%"},
+	/* {% call %} blocks: caller() with and without parameters, nested,
+	 * closures over loop variables (python3-jinja2 3.1.2). */
+	{"{% macro m(x) %}<{{ caller() }}|{{ x }}>{% endmacro %}{% call m(1) %}body{% endcall %}",
+	 "{}", "<body|1>"},
+	{"{% macro list(items) %}\n{% for i in items %}\n[{{ caller(i, loop.index) }}]\n{% endfor %}\n{% endmacro %}\n{% set p = '>' %}\n{% call(item, n=0) list([1, 2]) %}\n{{ p }}{{ n }}:{{ item }}\n{% endcall %}\nend",
+	 "{}", "[>1:1\n]\n[>2:2\n]\nend"},
+	{"{% macro outer() %}({{ caller() }}){% endmacro %}{% macro inner() %}[{{ caller() }}]{% endmacro %}{% call outer() %}{% call inner() %}x{% endcall %}{% endcall %}",
+	 "{}", "([x])"},
+	{"{% macro d(a, b='B') %}{{ a }}{{ b }}{{ caller(k=1) }}{% endmacro %}{% for v in ['p', 'q'] %}{% call(k) d(v) %}{{ v }}{{ k }}{% endcall %}{% endfor %}",
+	 "{}", "pBp1qBq1"},
 	/* loop.depth, recursive loops, loop.changed, batch, slice, truncate,
 	 * striptags, urlencode, xmlattr (python3-jinja2 3.1.2, markupsafe
 	 * 2.1.2, Debian 12). */
@@ -427,7 +437,7 @@ static void test_apply(const char *top)
 	moe_tokenizer_free(t);
 	/* A template with syntax the interpreter lacks: the built-in format
 	 * it resembles, with a warning. */
-	vd.chat_template = "{% call foo() %}x{% endcall %}<|im_start|>";
+	vd.chat_template = "{{ messages|pprint }}<|im_start|>";
 	vd.n_chat_templates = 0;
 	if (moe_tokenizer_from_data(&t, &vd, &e) == 0) {
 		rc = moe_chat_apply(t, one, &o, &out, &len, &e);
