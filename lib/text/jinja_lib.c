@@ -817,6 +817,179 @@ static jv pad(jrender *r, const jv *s, int64_t width, const jv *fill, int where)
 }
 
 /* str.format with {} {0} {name} fields (no format specs). */
+/* Digits with a separator every `every` from the right (Python's "," and
+ * "_" grouping). */
+static void add_grouped(jrender *r, moe_sbuf *b, const char *d, size_t n, char sep,
+			size_t every)
+{
+	for (size_t i = 0; i < n; i++) {
+		jx_add(r, b, d + i, 1);
+		if (sep && i + 1 < n && (n - i - 1) % every == 0)
+			jx_add(r, b, &sep, 1);
+	}
+}
+
+/* format(v, spec) for the format-spec mini-language of str.format:
+ * [[fill]align][sign][#][0][width][,|_][.precision][type], for strings,
+ * integers and floats as Python formats them. */
+static void format_spec_to(jrender *r, moe_sbuf *out, const jv *v, const char *sp, size_t sn)
+{
+	if (!sn) {
+		jv_str_to(r, out, v);
+		return;
+	}
+	size_t i = 0, fill_n = 1;
+	const char *fill = " ";
+	char align = 0, sign = '-', type = 0, group = 0;
+	bool alt = false, zero = false;
+	uint32_t cp;
+	size_t l0 = next_cp(sp, sn, 0, &cp);
+	if (l0 < sn && strchr("<>=^", sp[l0])) {
+		fill = sp;
+		fill_n = l0;
+		align = sp[l0];
+		i = l0 + 1;
+	} else if (strchr("<>=^", sp[0])) {
+		align = sp[0];
+		i = 1;
+	}
+	if (i < sn && strchr("+- ", sp[i]))
+		sign = sp[i++];
+	if (i < sn && sp[i] == '#') {
+		alt = true;
+		i++;
+	}
+	if (i < sn && sp[i] == '0') {
+		zero = true;
+		i++;
+	}
+	int64_t width = 0, prec = -1;
+	while (i < sn && isdigit((unsigned char)sp[i]) && width < 100000)
+		width = width * 10 + (sp[i++] - '0');
+	if (i < sn && (sp[i] == ',' || sp[i] == '_'))
+		group = sp[i++];
+	if (i < sn && sp[i] == '.') {
+		i++;
+		prec = 0;
+		if (i >= sn || !isdigit((unsigned char)sp[i]))
+			jx_fail(r, MOE_EINVAL, "Format specifier missing precision");
+		while (i < sn && isdigit((unsigned char)sp[i]) && prec < 100000)
+			prec = prec * 10 + (sp[i++] - '0');
+	}
+	if (i < sn)
+		type = sp[i++];
+	if (i < sn || width >= 100000 || prec >= 1000)
+		jx_fail(r, MOE_EINVAL, "Invalid format specifier '%.*s'", (int)sn, sp);
+	if (zero && !align) {
+		fill = "0";
+		fill_n = 1;
+		align = '=';
+	}
+	moe_sbuf *body = tmp_open(r);
+	char sgn[2] = {0}, prefix[3] = {0};
+	bool numeric = v->t == JV_INT || v->t == JV_BOOL || v->t == JV_FLOAT;
+	if (v->t == JV_STR) {
+		if (type && type != 's')
+			jx_fail(r, MOE_EINVAL, "Unknown format code '%c' for object of type 'str'",
+				type);
+		if (sign != '-' || alt || group || align == '=')
+			jx_fail(r, MOE_EINVAL, "format: sign, '#', grouping and '=' are not allowed "
+				"with strings");
+		size_t n = prec >= 0 ? ju_off(v->s, v->n, (size_t)prec) : v->n;
+		jx_add(r, body, v->s, n);
+		if (!align)
+			align = '<';
+	} else if (!numeric) {
+		jx_fail(r, MOE_EINVAL, "unsupported format string passed to %s.__format__",
+			v->t == JV_NONE ? "NoneType" : jv_type_name(v));
+	} else if ((v->t == JV_INT || v->t == JV_BOOL) && (!type || strchr("dboxXcn", type))) {
+		if (prec >= 0)
+			jx_fail(r, MOE_EINVAL, "Precision not allowed in integer format specifier");
+		int64_t x = v->t == JV_BOOL ? v->b : v->i;
+		uint64_t m = x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+		if (x < 0)
+			sgn[0] = '-';
+		else if (sign != '-')
+			sgn[0] = sign;
+		char d[80];
+		size_t n = 0;
+		unsigned base = type == 'b' ? 2 : type == 'o' ? 8 : (type == 'x' || type == 'X') ? 16 : 10;
+		if (type == 'c')
+			jx_fail(r, MOE_EUNSUPPORTED, "format: type 'c' is not supported");
+		do {
+			unsigned dg = (unsigned)(m % base);
+			d[n++] = (char)(dg < 10 ? '0' + dg : (type == 'X' ? 'A' : 'a') + dg - 10);
+			m /= base;
+		} while (m);
+		for (size_t k = 0; k < n / 2; k++) {
+			char t = d[k];
+			d[k] = d[n - 1 - k];
+			d[n - 1 - k] = t;
+		}
+		if (alt && base != 10) {
+			prefix[0] = '0';
+			prefix[1] = type == 'b' ? 'b' : type == 'o' ? 'o' : type == 'X' ? 'X' : 'x';
+		}
+		if (group == ',' && base != 10)
+			jx_fail(r, MOE_EINVAL, "Cannot specify ',' with '%c'.", type);
+		add_grouped(r, body, d, n, group, base == 10 ? 3 : 4);
+	} else {
+		if (type && !strchr("eEfFgG%", type))
+			jx_fail(r, MOE_EINVAL, "Unknown format code '%c' for object of type '%s'", type,
+				v->t == JV_FLOAT ? "float" : "int");
+		double x = v->t == JV_FLOAT ? v->f : v->t == JV_BOOL ? v->b : (double)v->i;
+		if (signbit(x) && !isnan(x))
+			sgn[0] = '-';
+		else if (sign != '-')
+			sgn[0] = sign;
+		x = fabs(x);
+		char num[400];
+		if (type == '%')
+			x *= 100;
+		if (!type && prec < 0) {
+			float_repr(x, num, sizeof num, false);
+		} else {
+			char f[16];
+			char t = !type ? 'g' : type == '%' ? 'f' : type;
+			snprintf(f, sizeof f, "%%%s.%d%c", alt ? "#" : "",
+				 (int)(prec < 0 ? 6 : prec), t);
+			snprintf(num, sizeof num, f, x);
+			if (!type && !strpbrk(num, ".eEni"))
+				strcat(num, ".0");
+			if (isinf(x) || isnan(x)) {
+				bool up = type && isupper((unsigned char)type);
+				snprintf(num, sizeof num, "%s", isnan(x) ? (up ? "NAN" : "nan")
+									 : (up ? "INF" : "inf"));
+			}
+		}
+		size_t nl = strlen(num), ip = strspn(num, "0123456789");
+		if (ip && ip <= nl && group && isdigit((unsigned char)num[0]))
+			add_grouped(r, body, num, ip, group, 3);
+		else
+			ip = 0;
+		jx_add(r, body, num + ip, nl - ip);
+		if (type == '%')
+			adds(r, body, "%");
+	}
+	if (!align)
+		align = '>';
+	size_t len = ju_len(body->p ? body->p : "", body->len) + strlen(sgn) + strlen(prefix);
+	size_t pad = (size_t)width > len ? (size_t)width - len : 0;
+	size_t left = align == '<' || align == '=' ? 0 : align == '^' ? pad / 2 : pad;
+	size_t right = align == '<' ? pad : align == '^' ? pad - pad / 2 : 0;
+	for (size_t k = 0; k < left; k++)
+		jx_add(r, out, fill, fill_n);
+	adds(r, out, sgn);
+	adds(r, out, prefix);
+	if (align == '=')
+		for (size_t k = 0; k < pad; k++)
+			jx_add(r, out, fill, fill_n);
+	jv bs = tmp_close(r, body);
+	jx_add(r, out, bs.s, bs.n);
+	for (size_t k = 0; k < right; k++)
+		jx_add(r, out, fill, fill_n);
+}
+
 static jv str_format(jrender *r, const jv *s, const fargs *a)
 {
 	moe_sbuf *b = tmp_open(r);
@@ -839,8 +1012,25 @@ static jv str_format(jrender *r, const jv *s, const fargs *a)
 			jx_fail(r, MOE_EINVAL, "format: single '{' encountered");
 		const char *f = s->s + i + 1;
 		size_t fl = (size_t)(end - f);
-		if (memchr(f, ':', fl) || memchr(f, '!', fl))
-			jx_fail(r, MOE_EINVAL, "format: format specifications are not supported");
+		/* {field!conv:spec} */
+		const char *spec = memchr(f, ':', fl), *conv = memchr(f, '!', fl);
+		size_t speclen = spec ? (size_t)(end - spec - 1) : 0;
+		if (spec)
+			fl = (size_t)(spec - f);
+		if (conv && conv < f + fl) {
+			fl = (size_t)(conv - f);
+			if ((size_t)((spec ? spec : end) - conv) != 2 || !strchr("rs", conv[1]))
+				jx_fail(r, MOE_EUNSUPPORTED, "format: only the conversions !r and !s "
+					"are supported");
+		} else {
+			conv = NULL;
+		}
+		if (memchr(f, '{', fl) || (spec && memchr(spec, '{', speclen)))
+			jx_fail(r, MOE_EUNSUPPORTED, "format: nested fields are not supported");
+		for (size_t k = 0; k < fl; k++)
+			if (f[k] == '.' || f[k] == '[')
+				jx_fail(r, MOE_EUNSUPPORTED, "format: attribute and item fields are not "
+					"supported");
 		jv *v;
 		if (!fl) {
 			v = arg(r, a, auto_i++, NULL);
@@ -852,7 +1042,16 @@ static jv str_format(jrender *r, const jv *s, const fargs *a)
 		}
 		if (!v)
 			jx_fail(r, MOE_EINVAL, "format: missing argument for '{%.*s}'", (int)fl, f);
-		jv_str_to(r, b, v);
+		jv cv = *v;
+		if (conv) {
+			moe_sbuf *t = tmp_open(r);
+			if (conv[1] == 'r')
+				jv_repr_to(r, t, v);
+			else
+				jv_str_to(r, t, v);
+			cv = tmp_close(r, t);
+		}
+		format_spec_to(r, b, &cv, spec ? spec + 1 : "", speclen);
 		i = (size_t)(end - s->s);
 	}
 	return tmp_close(r, b);

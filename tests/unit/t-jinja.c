@@ -169,6 +169,17 @@ static const struct {
 	{"{% raw %}{{ x }}{% endraw %}", "{}", "{{ x }}"},
 	{"a\r\nb\n", "{}", "a\nb"},
 	{"{{ '%s=%d' % ('x', 3) }} {{ '%s!' % 'hi' }} {{ '100%%' % () }}", "{}", "x=3 hi! 100%"},
+	/* str.format with format specifications: fill/align, sign, '#', '0',
+	 * width, grouping, precision; strings, integers, floats; !r and !s
+	 * (python3-jinja2 3.1.2 on Python 3.11). */
+	{"{{ '{:>8}|{:<6}|{:^7}|{:*^9}|{:.2}'.format('ab', 'cd', 'e', 'mid', 'xyz') }}",
+	 "{}", "      ab|cd    |   e   |***mid***|xy"},
+	{"{{ '{:5d}|{:<5d}|{:05d}|{:+d}|{: d}|{:,}|{:_}|{:x}|{:#X}|{:#b}|{:o}|{:_x}|{:=+8d}'.format(42, 7, -42, 5, 5, 1234567, 1234567, 255, 255, 5, 8, 65535, -3) }}",
+	 "{}", "   42|7    |-0042|+5| 5|1,234,567|1_234_567|ff|0XFF|0b101|10|ffff|-      3"},
+	{"{{ '{:.2f}|{:8.3f}|{:e}|{:.3E}|{:g}|{:.3g}|{:.1%}|{:,.2f}|{:010.2f}|{:+.1f}|{}|{:.3}|{:.3}|{:f}'.format(3.14159, -2.5, 12345.678, 0.000123, 1e-7, 1234567.0, 0.256, 1234567.891, -3.5, 2.0, 0.1, 1.0, 1234.5, 7) }}",
+	 "{}", "3.14|  -2.500|1.234568e+04|1.230E-04|1e-07|1.23e+06|25.6%|1,234,567.89|-000003.50|+2.0|0.1|1.0|1.23e+03|7.000000"},
+	{"{{ '{0:>4}{1!r:>6}{0!s}'.format('a', 'b') }}|{{ '{x:^6}|{y:.1f}'.format(x='c', y=2) }}|{{ '{:>5}'.format(true) }}|{{ '{:\303\251>4}'.format(1) }}|{{ '{:>6}'.format('h\303\251\303\251') }}",
+	 "{}", "   a   'b'a|  c   |2.0|    1|\303\251\303\251\303\2511|   h\303\251\303\251"},
 	/* {% call %} blocks: caller() with and without parameters, nested,
 	 * closures over loop variables (python3-jinja2 3.1.2). */
 	{"{% macro m(x) %}<{{ caller() }}|{{ x }}>{% endmacro %}{% call m(1) %}body{% endcall %}",
@@ -239,6 +250,9 @@ static const struct {
 	{"{{ 'abc'|truncate(2) }}", MOE_EINVAL, "expected length >= 3"},
 	{"{{ [1]|batch(0) }}", MOE_EINVAL, "positive"},
 	{"{{ {'a b': 1}|xmlattr }}", MOE_EINVAL, "Invalid character in attribute name"},
+	{"{{ '{:q}'.format(1) }}", MOE_EINVAL, "Unknown format code 'q'"},
+	{"{{ '{:>5}'.format(none) }}", MOE_EINVAL, "NoneType.__format__"},
+	{"{{ '{0.x}'.format(d) }}", MOE_EUNSUPPORTED, "attribute and item fields"},
 	{"{{ 1 + }}", MOE_EFORMAT, "expected an expression"},
 	{"a\nb\n{{ raise_exception('nope') }}", MOE_EINVAL, "line 3: raised: nope"},
 	{"{{ x.y }}", MOE_EINVAL, "'x' is undefined"},
