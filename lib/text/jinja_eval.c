@@ -408,6 +408,10 @@ jv jv_getattr(jrender *r, const jv *obj, const char *name, size_t n)
 			return method(r, obj, name, n);
 		break;
 	case JV_LIST:
+		if (obj->tuple == 2 && n == 7 && memcmp(name, "grouper", 7) == 0)
+			return obj->l->v[0];
+		if (obj->tuple == 2 && n == 4 && memcmp(name, "list", 4) == 0)
+			return obj->l->v[1];
 		if (name_in(name, n, list_methods))
 			return method(r, obj, name, n);
 		break;
@@ -511,7 +515,7 @@ static jv do_slice(jrender *r, const jv *obj, const jv *a, const jv *b, const jv
 	if (obj->t == JV_LIST) {
 		slice_bounds(r, a, b, c, (int64_t)obj->l->n, &start, &stop, &step);
 		jv out = jv_list_new(r, 0);
-		out.tuple = obj->tuple;
+		out.tuple = obj->tuple ? 1 : 0;
 		for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
 			jlist_push(r, out.l, obj->l->v[i]);
 		return out;

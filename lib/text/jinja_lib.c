@@ -2124,10 +2124,53 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		const char *s = want_str(r, nm, "attribute name", &l);
 		return jv_getattr(r, &in, s, l);
 	}
-	if (F("groupby") || F("wordwrap") || F("pprint") || F("filesizeformat") || F("urlize"))
+	if (F("wordwrap") || F("pprint") || F("filesizeformat") || F("urlize"))
 		/* Jinja filters no chat template is known to use; refused by
 		 * name so a template with them falls back to a built-in format. */
 		jx_fail(r, MOE_EUNSUPPORTED, "filter '%s' is not supported", name);
+	if (F("groupby")) {
+		/* Jinja's do_groupby: sorted by the attribute (case-insensitive
+		 * unless asked), consecutive equal keys grouped; each group a
+		 * (grouper, list) tuple whose grouper is the first item's own
+		 * value. */
+		jv *at = arg(r, &a, 0, "attribute"), *def = arg(r, &a, 1, "default");
+		bool cs = opt_bool(arg(r, &a, 2, "case_sensitive"), false);
+		if (!at)
+			jx_fail(r, MOE_EINVAL, "groupby() takes an attribute");
+		jlist *l = jv_iter(r, &in);
+		jv *items = jx_alloc(r, (l->n + 1) * sizeof *items);
+		jv *keys = jx_alloc(r, (l->n + 1) * sizeof *keys);
+		for (size_t i = 0; i < l->n; i++) {
+			items[i] = l->v[i];
+			keys[i] = attr_path(r, l->v[i], at);
+			if (keys[i].t == JV_UNDEF && def)
+				keys[i] = *def;
+		}
+		sort_by(r, items, keys, l->n, cs, false);
+		jv out = jv_list_new(r, 0);
+		for (size_t i = 0; i < l->n;) {
+			jv k0 = keys[i];
+			if (!cs && k0.t == JV_STR)
+				k0 = change_case(r, &k0, CASE_LOWER);
+			jv group = jv_list_new(r, 4);
+			size_t j = i;
+			for (; j < l->n; j++) {
+				jv kj = keys[j];
+				if (!cs && kj.t == JV_STR)
+					kj = change_case(r, &kj, CASE_LOWER);
+				if (!jv_equal(&kj, &k0))
+					break;
+				jlist_push(r, group.l, items[j]);
+			}
+			jv gt = jv_list_new(r, 2);
+			gt.tuple = 2;
+			jlist_push(r, gt.l, cs ? k0 : keys[i]);
+			jlist_push(r, gt.l, group);
+			jlist_push(r, out.l, gt);
+			i = j;
+		}
+		return out;
+	}
 	if (F("batch")) {
 		jv *lc = arg(r, &a, 0, "linecount"), *fill = arg(r, &a, 1, "fill_with");
 		if (!lc)

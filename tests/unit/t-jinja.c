@@ -169,6 +169,12 @@ static const struct {
 	{"{% raw %}{{ x }}{% endraw %}", "{}", "{{ x }}"},
 	{"a\r\nb\n", "{}", "a\nb"},
 	{"{{ '%s=%d' % ('x', 3) }} {{ '%s!' % 'hi' }} {{ '100%%' % () }}", "{}", "x=3 hi! 100%"},
+	/* groupby: case-insensitive by default, case_sensitive, default,
+	 * .grouper/.list and unpacking, slices (python3-jinja2 3.1.2). */
+	{"{% for g in users|groupby('city') %}{{ g.grouper }}:{% for u in g.list %}{{ u.name }},{% endfor %};{% endfor %}|{% for city, us in users|groupby('city', case_sensitive=true) %}{{ city }}={{ us|length }};{% endfor %}",
+	 "{\"users\": [{\"name\": \"a\", \"city\": \"Paris\"}, {\"name\": \"b\", \"city\": \"berlin\"}, {\"name\": \"c\", \"city\": \"paris\"}, {\"name\": \"d\", \"city\": \"Berlin\"}]}", "berlin:b,d,;Paris:a,c,;|Berlin=1;Paris=1;berlin=1;paris=1;"},
+	{"{{ users|groupby('c', default='z')|list }}|{{ (users|groupby('c', default='z'))[0][:1] }}|{{ [{'a': 2}, {'a': 1}, {'a': 2}]|groupby('a')|map(attribute='grouper')|list }}",
+	 "{\"users\": [{\"n\": 1, \"c\": \"x\"}, {\"n\": 2}]}", "[('x', [{'n': 1, 'c': 'x'}]), ('z', [{'n': 2}])]|('x',)|[1, 2]"},
 	/* str.format with format specifications: fill/align, sign, '#', '0',
 	 * width, grouping, precision; strings, integers, floats; !r and !s
 	 * (python3-jinja2 3.1.2 on Python 3.11). */
