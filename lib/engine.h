@@ -246,7 +246,9 @@ bool moe_req_done(const moe_req *r);
 /* ---------------------------------------------------- request parsing */
 
 /* What a JSON request asks for (moe-run --jsonl; the server's bodies):
- *   {"prompt": "text"} or {"messages": [{"role": .., "content": ..}, ..]},
+ *   {"prompt": "text"} or {"messages": [{"role": .., "content": ..}, ..]}
+ *   (messages may carry tool_calls, tool replies and reasoning_content; with
+ *   optional "tools" and "chat_template_kwargs" for the template),
  *   sampling: "temperature"/"temp", "top_k", "top_p", "min_p",
  *   "repeat_penalty", "repeat_last_n", "presence_penalty",
  *   "frequency_penalty", "seed"; "n_predict"/"max_tokens"; "stop" (a string
@@ -284,6 +286,15 @@ int moe_req_parse_params(const json_t *obj, moe_req_params *p, moe_error *e);
 int moe_req_render_chat(const moe_tokenizer *tok, const moe_chat_msg *msgs, size_t n,
 			const char *system, const char *chat_template, bool gen_prompt,
 			char **out, size_t *len, moe_error *e);
+/* The same from JSON as a request carries it: messages (role, content and
+ * optionally tool_calls, tool replies, reasoning_content, ...), tools (an
+ * array or NULL) and extra template variables (an object such as
+ * {"enable_thinking": false}, or NULL), passed to the template unchanged
+ * (moe_chat_apply). */
+int moe_req_render_messages(const moe_tokenizer *tok, const json_t *messages,
+			    const json_t *tools, const json_t *vars, const char *system,
+			    const char *chat_template, bool gen_prompt, char **out, size_t *len,
+			    moe_error *e);
 /* Messages of a JSON array of {"role", "content"} strings (pointing into
  * arr; free the array only).  `what` names it in errors. */
 int moe_req_parse_messages(const json_t *arr, const char *what, moe_chat_msg **out, size_t *n,

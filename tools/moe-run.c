@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <strings.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -149,8 +150,9 @@ static void help(void)
 	       "      --stop=STR        stop before STR (may be repeated, at most 16)\n"
 	       "      --ignore-eos      do not stop at end-of-text tokens\n"
 	       "      --system=TEXT     system prompt (--chat, --jsonl, --render-chat)\n"
-	       "      --chat-template=NAME  use this template instead of recognising the\n"
-	       "                        model's (%s)\n"
+	       "      --chat-template=NAME  instead of the model's own template ('auto'):\n"
+	       "                        one the model names (e.g. tool_use) or a built-in\n"
+	       "                        format (%s)\n"
 	       "      --verbose         load time and prompt/generation speed on stderr\n"
 	       "\n"
 	       "Tokenizer modes:\n"
@@ -293,9 +295,9 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		case OPT_SHOW_PIECES: o->show_pieces = true; break;
 		case OPT_SYSTEM: o->system = optarg; break;
 		case OPT_TEMPLATE:
-			if (moe_chat_template_from_name(optarg) < 0)
-				usage_error("unknown chat template '%s' (known: %s)", optarg,
-					    moe_chat_template_names());
+			/* A built-in format, or a template the model names (such
+			 * as tool_use): only the model can say, so an unknown
+			 * name is reported when the model is loaded. */
 			o->chat_template = optarg;
 			break;
 		case OPT_NO_GEN: o->generation_prompt = false; break;
@@ -565,7 +567,7 @@ static int render_prompt(const run_opts *o, const moe_tokenizer *tok, const moe_
 
 static int run_render_chat(const run_opts *o, run_model *m, moe_error *e)
 {
-	size_t len, n;
+	size_t len;
 	json_error_t je;
 	char *text = read_input(o, &len);
 	json_t *root = json_loadb(text, len, 0, &je);
@@ -573,19 +575,23 @@ static int run_render_chat(const run_opts *o, run_model *m, moe_error *e)
 	free(text);
 	if (!root)
 		return moe_err(e, MOE_EINVAL, "%s: %s (line %d)", src, je.text, je.line);
-	/* An array of messages, or an object with "messages". */
-	json_t *arr = json_is_object(root) ? json_object_get(root, "messages") : root;
-	moe_chat_msg *msgs;
-	int rc = moe_req_parse_messages(arr, src, &msgs, &n, e);
+	/* An array of messages, or an object with "messages" (and optionally
+	 * "tools" and "chat_template_kwargs", as a request carries them); the
+	 * messages reach the template as they are (tool calls and replies,
+	 * reasoning_content). */
+	bool obj = json_is_object(root);
+	json_t *arr = obj ? json_object_get(root, "messages") : root;
+	char *out;
+	size_t ol;
+	int rc = moe_req_render_messages(m->tok, arr, obj ? json_object_get(root, "tools") : NULL,
+					 obj ? json_object_get(root, "chat_template_kwargs") : NULL,
+					 o->system, o->chat_template, o->generation_prompt, &out,
+					 &ol, e);
 	if (rc == 0) {
-		char *out;
-		size_t ol;
-		rc = render_prompt(o, m->tok, msgs, n, o->generation_prompt, &out, &ol, e);
-		if (rc == 0) {
-			write_out(out, ol);
-			free(out);
-		}
-		free(msgs);
+		write_out(out, ol);
+		free(out);
+	} else {
+		moe_err_prefix(e, "%s", src);
 	}
 	json_decref(root);
 	return rc;
@@ -1010,6 +1016,13 @@ int main(int argc, char **argv)
 	cli_init(argv[0]);
 	parse_args(argc, argv, &o);
 	open_model(&o, &m);
+	if (o.chat_template && strcasecmp(o.chat_template, "auto") != 0 &&
+	    moe_chat_template_from_name(o.chat_template) < 0 &&
+	    !moe_tokenizer_chat_template_named(m.tok, o.chat_template))
+		usage_error("unknown chat template '%s' (the model's own: auto%s; built-in: %s)",
+			    o.chat_template,
+			    moe_tokenizer_chat_template_named(m.tok, "tool_use") ? ", tool_use" : "",
+			    moe_chat_template_names());
 	switch (o.mode) {
 	case MODE_GENERATE: rc = run_generate(&o, &m, &e); break;
 	case MODE_CHAT: rc = run_chat(&o, &m, &e); break;

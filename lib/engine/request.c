@@ -117,6 +117,19 @@ int moe_req_render_chat(const moe_tokenizer *tok, const moe_chat_msg *msgs, size
 	return rc;
 }
 
+int moe_req_render_messages(const moe_tokenizer *tok, const json_t *messages,
+			    const json_t *tools, const json_t *vars, const char *system,
+			    const char *chat_template, bool gen_prompt, char **out, size_t *len,
+			    moe_error *e)
+{
+	/* The messages go to the template as they are (tool_calls, tool
+	 * replies, reasoning_content...): moe_chat_apply checks what each
+	 * template kind needs. */
+	moe_chat_opts co = {.template_name = chat_template, .tools = tools, .vars = vars,
+			    .system = system, .add_generation_prompt = gen_prompt};
+	return moe_chat_apply(tok, messages, &co, out, len, e);
+}
+
 static int parse_fields(const json_t *req, moe_req_params *p, moe_error *e)
 {
 	static const struct { const char *key; size_t off; } floats[] = {
@@ -225,15 +238,10 @@ int moe_req_parse_json(json_t *req, const moe_tokenizer *tok, const moe_req_defa
 			rc = moe_err(e, MOE_ENOMEM, "out of memory");
 		out->prompt_len = json_string_length(pj);
 	} else if (rc == 0 && mj && !pj) {
-		moe_chat_msg *msgs;
-		size_t n;
-		rc = moe_req_parse_messages(mj, "messages", &msgs, &n, e);
-		if (rc == 0) {
-			rc = moe_req_render_chat(tok, msgs, n, d->system, d->chat_template, true,
-						 &out->prompt, &out->prompt_len, e);
-			free(msgs);
-			out->chat = true;
-		}
+		rc = moe_req_render_messages(tok, mj, json_object_get(req, "tools"),
+					     json_object_get(req, "chat_template_kwargs"), d->system,
+					     d->chat_template, true, &out->prompt, &out->prompt_len, e);
+		out->chat = true;
 	} else if (rc == 0) {
 		rc = moe_err(e, MOE_EINVAL, "a request needs a string \"prompt\" or a \"messages\" array");
 	}

@@ -408,6 +408,10 @@ jv jv_getattr(jrender *r, const jv *obj, const char *name, size_t n)
 			return method(r, obj, name, n);
 		break;
 	case JV_LIST:
+		if (obj->tuple == 2 && n == 7 && memcmp(name, "grouper", 7) == 0)
+			return obj->l->v[0];
+		if (obj->tuple == 2 && n == 4 && memcmp(name, "list", 4) == 0)
+			return obj->l->v[1];
 		if (name_in(name, n, list_methods))
 			return method(r, obj, name, n);
 		break;
@@ -511,7 +515,7 @@ static jv do_slice(jrender *r, const jv *obj, const jv *a, const jv *b, const jv
 	if (obj->t == JV_LIST) {
 		slice_bounds(r, a, b, c, (int64_t)obj->l->n, &start, &stop, &step);
 		jv out = jv_list_new(r, 0);
-		out.tuple = obj->tuple;
+		out.tuple = obj->tuple ? 1 : 0;
 		for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
 			jlist_push(r, out.l, obj->l->v[i]);
 		return out;
@@ -569,6 +573,7 @@ static void scope_set(jrender *r, scope *s, const char *name, jv v)
 
 static jv eval(jrender *r, node *n, scope *sc);
 static int exec(jrender *r, node *body, scope *sc);
+static jv call_loop(jrender *r, jloop *lp, jv *args, size_t n);
 
 static void step(jrender *r)
 {
@@ -607,7 +612,9 @@ static jv capture(jrender *r, node *body, scope *sc)
 	return pop_buf(r);
 }
 
-static jv call_macro(jrender *r, jfunc *f, jv *args, const char **kw, size_t n)
+/* A macro call; `caller` (or NULL) is the body of a {% call %} block. */
+static jv call_macro_with(jrender *r, jfunc *f, jv *args, const char **kw, size_t n,
+			  const jv *caller)
 {
 	node *def = f->macro->def;
 	if (++r->depth > r->max_depth)
@@ -654,6 +661,8 @@ static jv call_macro(jrender *r, jfunc *f, jv *args, const char **kw, size_t n)
 		}
 	scope_set(r, s, "varargs", varargs);
 	scope_set(r, s, "kwargs", kwargs);
+	if (caller)
+		scope_set(r, s, "caller", *caller);
 	int line = r->line;
 	jv out = capture(r, def->b, s);
 	r->line = line;
@@ -662,8 +671,41 @@ static jv call_macro(jrender *r, jfunc *f, jv *args, const char **kw, size_t n)
 	return out;
 }
 
+static jv call_macro(jrender *r, jfunc *f, jv *args, const char **kw, size_t n)
+{
+	return call_macro_with(r, f, args, kw, n, NULL);
+}
+
+static jv eval_args(jrender *r, node *n, scope *sc, jv **args);
+
+/* {% call(params) m(args) %}body{% endcall %}: m(args) with `caller`, a
+ * macro of params whose body is the block's, closed over this scope. */
+static jv exec_call_block(jrender *r, node *n, scope *sc)
+{
+	jv caller = {0};
+	caller.t = JV_FUNC;
+	caller.fn = jx_alloc(r, sizeof *caller.fn);
+	memset(caller.fn, 0, sizeof *caller.fn);
+	caller.fn->kind = FN_MACRO;
+	caller.fn->name = "caller";
+	caller.fn->macro = jx_alloc(r, sizeof *caller.fn->macro);
+	caller.fn->macro->def = n;
+	caller.fn->macro->closure = sc;
+	node *c = n->a;
+	jv fn = eval(r, c->a, sc);
+	jv *args;
+	eval_args(r, c, sc, &args);
+	r->line = n->line;
+	if (fn.t != JV_FUNC || fn.fn->kind != FN_MACRO)
+		jx_fail(r, MOE_EINVAL, "a call block must call a macro, not '%s'",
+			fn.t == JV_FUNC ? fn.fn->name : jv_type_name(&fn));
+	return call_macro_with(r, fn.fn, args, c->kw, c->n_args, &caller);
+}
+
 jv jx_call(jrender *r, jv fn, jv *args, const char **kw, size_t n)
 {
+	if (fn.t == JV_LOOP)
+		return call_loop(r, fn.loop, args, n);
 	if (fn.t != JV_FUNC) {
 		if (fn.t == JV_UNDEF && fn.s)
 			jx_fail(r, MOE_EINVAL, "'%.*s' is undefined", (int)fn.n, fn.s);
@@ -1012,12 +1054,11 @@ static void bind(jrender *r, scope *sc, node *n, jv v)
 		scope_set(r, sc, n->names[i], l->v[i]);
 }
 
-static int exec_for(jrender *r, node *n, scope *sc)
+/* The body of for loop n over items at recursion depth `depth` (1 for the
+ * loop itself, +1 for each loop(...) call of a recursive loop: nested
+ * loops that are not recursive start at 1 again, as in Jinja). */
+static int run_for(jrender *r, node *n, scope *sc, jlist *items, int depth)
 {
-	jv it = eval(r, n->a, sc);
-	r->line = n->line;
-	/* An undefined name iterates as empty, as Jinja's Undefined. */
-	jlist *items = jv_iter(r, &it);
 	if (n->d) {
 		/* {% for x in y if cond %}: filtered before loop.* is counted. */
 		jlist *kept = jv_list_new(r, items->n).l;
@@ -1032,9 +1073,13 @@ static int exec_for(jrender *r, node *n, scope *sc)
 		items = kept;
 	}
 	jloop *lp = jx_alloc(r, sizeof *lp);
+	memset(lp, 0, sizeof *lp);
 	lp->items = items;
-	jv *outer = scope_lookup(sc, "loop", 4);
-	lp->depth = outer && outer->t == JV_LOOP ? outer->loop->depth + 1 : 1;
+	lp->depth = depth;
+	if (n->neg) {
+		lp->rec = n;
+		lp->rec_scope = sc;
+	}
 	jv lv = {0};
 	lv.t = JV_LOOP;
 	lv.loop = lp;
@@ -1055,6 +1100,40 @@ static int exec_for(jrender *r, node *n, scope *sc)
 	if (!items->n && n->c)
 		return exec(r, n->c, sc);
 	return FLOW_NEXT;
+}
+
+static int exec_for(jrender *r, node *n, scope *sc)
+{
+	jv it = eval(r, n->a, sc);
+	r->line = n->line;
+	/* An undefined name iterates as empty, as Jinja's Undefined. */
+	return run_for(r, n, sc, jv_iter(r, &it), 1);
+}
+
+/* loop(items) in a recursive loop: the loop's body over items, one level
+ * deeper, as a string. */
+static jv call_loop(jrender *r, jloop *lp, jv *args, size_t n)
+{
+	if (!lp->rec)
+		jx_fail(r, MOE_EINVAL, "The loop must have the 'recursive' marker to be called "
+			"recursively.");
+	if (n != 1)
+		jx_fail(r, MOE_EINVAL, "loop() takes one iterable");
+	if (++r->depth > r->max_depth)
+		jx_fail(r, MOE_ERANGE, "recursion limit reached (%u nested loop calls)",
+			r->max_depth);
+	int line = r->line;
+	jlist *items = jv_iter(r, &args[0]);
+	moe_sbuf *saved = r->out;
+	push_buf(r);
+	r->out = &r->bufs[r->n_bufs - 1];
+	run_for(r, lp->rec, lp->rec_scope, items, lp->depth + 1);
+	r->out = saved;
+	jv out = pop_buf(r);
+	r->line = line;
+	r->depth--;
+	out.safe = 1;
+	return out;
 }
 
 static int exec(jrender *r, node *body, scope *sc)
@@ -1113,6 +1192,12 @@ static int exec(jrender *r, node *body, scope *sc)
 		case S_FILTER: {
 			jv v = capture(r, n->b, sc);
 			v = apply_chain(r, n->c, v, sc);
+			jv_str_to(r, r->out, &v);
+			break;
+		}
+		case S_CALLBLOCK: {
+			jv v = exec_call_block(r, n, sc);
+			r->line = n->line;
 			jv_str_to(r, r->out, &v);
 			break;
 		}

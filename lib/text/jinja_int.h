@@ -41,7 +41,7 @@ typedef struct jloop jloop;
 
 typedef struct jv {
 	uint8_t t;     /* jv_type */
-	uint8_t tuple; /* JV_LIST: a tuple */
+	uint8_t tuple; /* JV_LIST: a tuple; 2: groupby's (grouper, list) */
 	uint8_t safe;  /* JV_STR: marked safe (no effect: autoescape is off) */
 	size_t n;      /* JV_STR: bytes; JV_UNDEF: length of the name */
 	union {
@@ -130,6 +130,10 @@ struct jloop {
 	jlist *items;
 	size_t index0;
 	int depth;
+	node *rec;        /* {% for ... recursive %}: the loop, for loop(items) */
+	struct scope *rec_scope; /* ... and the scope it runs in */
+	jv changed_last; /* loop.changed(): the arguments of the last call (a tuple) */
+	bool changed_seen;
 };
 
 typedef struct jrender {

@@ -817,6 +817,179 @@ static jv pad(jrender *r, const jv *s, int64_t width, const jv *fill, int where)
 }
 
 /* str.format with {} {0} {name} fields (no format specs). */
+/* Digits with a separator every `every` from the right (Python's "," and
+ * "_" grouping). */
+static void add_grouped(jrender *r, moe_sbuf *b, const char *d, size_t n, char sep,
+			size_t every)
+{
+	for (size_t i = 0; i < n; i++) {
+		jx_add(r, b, d + i, 1);
+		if (sep && i + 1 < n && (n - i - 1) % every == 0)
+			jx_add(r, b, &sep, 1);
+	}
+}
+
+/* format(v, spec) for the format-spec mini-language of str.format:
+ * [[fill]align][sign][#][0][width][,|_][.precision][type], for strings,
+ * integers and floats as Python formats them. */
+static void format_spec_to(jrender *r, moe_sbuf *out, const jv *v, const char *sp, size_t sn)
+{
+	if (!sn) {
+		jv_str_to(r, out, v);
+		return;
+	}
+	size_t i = 0, fill_n = 1;
+	const char *fill = " ";
+	char align = 0, sign = '-', type = 0, group = 0;
+	bool alt = false, zero = false;
+	uint32_t cp;
+	size_t l0 = next_cp(sp, sn, 0, &cp);
+	if (l0 < sn && strchr("<>=^", sp[l0])) {
+		fill = sp;
+		fill_n = l0;
+		align = sp[l0];
+		i = l0 + 1;
+	} else if (strchr("<>=^", sp[0])) {
+		align = sp[0];
+		i = 1;
+	}
+	if (i < sn && strchr("+- ", sp[i]))
+		sign = sp[i++];
+	if (i < sn && sp[i] == '#') {
+		alt = true;
+		i++;
+	}
+	if (i < sn && sp[i] == '0') {
+		zero = true;
+		i++;
+	}
+	int64_t width = 0, prec = -1;
+	while (i < sn && isdigit((unsigned char)sp[i]) && width < 100000)
+		width = width * 10 + (sp[i++] - '0');
+	if (i < sn && (sp[i] == ',' || sp[i] == '_'))
+		group = sp[i++];
+	if (i < sn && sp[i] == '.') {
+		i++;
+		prec = 0;
+		if (i >= sn || !isdigit((unsigned char)sp[i]))
+			jx_fail(r, MOE_EINVAL, "Format specifier missing precision");
+		while (i < sn && isdigit((unsigned char)sp[i]) && prec < 100000)
+			prec = prec * 10 + (sp[i++] - '0');
+	}
+	if (i < sn)
+		type = sp[i++];
+	if (i < sn || width >= 100000 || prec >= 1000)
+		jx_fail(r, MOE_EINVAL, "Invalid format specifier '%.*s'", (int)sn, sp);
+	if (zero && !align) {
+		fill = "0";
+		fill_n = 1;
+		align = '=';
+	}
+	moe_sbuf *body = tmp_open(r);
+	char sgn[2] = {0}, prefix[3] = {0};
+	bool numeric = v->t == JV_INT || v->t == JV_BOOL || v->t == JV_FLOAT;
+	if (v->t == JV_STR) {
+		if (type && type != 's')
+			jx_fail(r, MOE_EINVAL, "Unknown format code '%c' for object of type 'str'",
+				type);
+		if (sign != '-' || alt || group || align == '=')
+			jx_fail(r, MOE_EINVAL, "format: sign, '#', grouping and '=' are not allowed "
+				"with strings");
+		size_t n = prec >= 0 ? ju_off(v->s, v->n, (size_t)prec) : v->n;
+		jx_add(r, body, v->s, n);
+		if (!align)
+			align = '<';
+	} else if (!numeric) {
+		jx_fail(r, MOE_EINVAL, "unsupported format string passed to %s.__format__",
+			v->t == JV_NONE ? "NoneType" : jv_type_name(v));
+	} else if ((v->t == JV_INT || v->t == JV_BOOL) && (!type || strchr("dboxXcn", type))) {
+		if (prec >= 0)
+			jx_fail(r, MOE_EINVAL, "Precision not allowed in integer format specifier");
+		int64_t x = v->t == JV_BOOL ? v->b : v->i;
+		uint64_t m = x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+		if (x < 0)
+			sgn[0] = '-';
+		else if (sign != '-')
+			sgn[0] = sign;
+		char d[80];
+		size_t n = 0;
+		unsigned base = type == 'b' ? 2 : type == 'o' ? 8 : (type == 'x' || type == 'X') ? 16 : 10;
+		if (type == 'c')
+			jx_fail(r, MOE_EUNSUPPORTED, "format: type 'c' is not supported");
+		do {
+			unsigned dg = (unsigned)(m % base);
+			d[n++] = (char)(dg < 10 ? '0' + dg : (type == 'X' ? 'A' : 'a') + dg - 10);
+			m /= base;
+		} while (m);
+		for (size_t k = 0; k < n / 2; k++) {
+			char t = d[k];
+			d[k] = d[n - 1 - k];
+			d[n - 1 - k] = t;
+		}
+		if (alt && base != 10) {
+			prefix[0] = '0';
+			prefix[1] = type == 'b' ? 'b' : type == 'o' ? 'o' : type == 'X' ? 'X' : 'x';
+		}
+		if (group == ',' && base != 10)
+			jx_fail(r, MOE_EINVAL, "Cannot specify ',' with '%c'.", type);
+		add_grouped(r, body, d, n, group, base == 10 ? 3 : 4);
+	} else {
+		if (type && !strchr("eEfFgG%", type))
+			jx_fail(r, MOE_EINVAL, "Unknown format code '%c' for object of type '%s'", type,
+				v->t == JV_FLOAT ? "float" : "int");
+		double x = v->t == JV_FLOAT ? v->f : v->t == JV_BOOL ? v->b : (double)v->i;
+		if (signbit(x) && !isnan(x))
+			sgn[0] = '-';
+		else if (sign != '-')
+			sgn[0] = sign;
+		x = fabs(x);
+		char num[400];
+		if (type == '%')
+			x *= 100;
+		if (!type && prec < 0) {
+			float_repr(x, num, sizeof num, false);
+		} else {
+			char f[16];
+			char t = !type ? 'g' : type == '%' ? 'f' : type;
+			snprintf(f, sizeof f, "%%%s.%d%c", alt ? "#" : "",
+				 (int)(prec < 0 ? 6 : prec), t);
+			snprintf(num, sizeof num, f, x);
+			if (!type && !strpbrk(num, ".eEni"))
+				strcat(num, ".0");
+			if (isinf(x) || isnan(x)) {
+				bool up = type && isupper((unsigned char)type);
+				snprintf(num, sizeof num, "%s", isnan(x) ? (up ? "NAN" : "nan")
+									 : (up ? "INF" : "inf"));
+			}
+		}
+		size_t nl = strlen(num), ip = strspn(num, "0123456789");
+		if (ip && ip <= nl && group && isdigit((unsigned char)num[0]))
+			add_grouped(r, body, num, ip, group, 3);
+		else
+			ip = 0;
+		jx_add(r, body, num + ip, nl - ip);
+		if (type == '%')
+			adds(r, body, "%");
+	}
+	if (!align)
+		align = '>';
+	size_t len = ju_len(body->p ? body->p : "", body->len) + strlen(sgn) + strlen(prefix);
+	size_t pad = (size_t)width > len ? (size_t)width - len : 0;
+	size_t left = align == '<' || align == '=' ? 0 : align == '^' ? pad / 2 : pad;
+	size_t right = align == '<' ? pad : align == '^' ? pad - pad / 2 : 0;
+	for (size_t k = 0; k < left; k++)
+		jx_add(r, out, fill, fill_n);
+	adds(r, out, sgn);
+	adds(r, out, prefix);
+	if (align == '=')
+		for (size_t k = 0; k < pad; k++)
+			jx_add(r, out, fill, fill_n);
+	jv bs = tmp_close(r, body);
+	jx_add(r, out, bs.s, bs.n);
+	for (size_t k = 0; k < right; k++)
+		jx_add(r, out, fill, fill_n);
+}
+
 static jv str_format(jrender *r, const jv *s, const fargs *a)
 {
 	moe_sbuf *b = tmp_open(r);
@@ -839,8 +1012,25 @@ static jv str_format(jrender *r, const jv *s, const fargs *a)
 			jx_fail(r, MOE_EINVAL, "format: single '{' encountered");
 		const char *f = s->s + i + 1;
 		size_t fl = (size_t)(end - f);
-		if (memchr(f, ':', fl) || memchr(f, '!', fl))
-			jx_fail(r, MOE_EINVAL, "format: format specifications are not supported");
+		/* {field!conv:spec} */
+		const char *spec = memchr(f, ':', fl), *conv = memchr(f, '!', fl);
+		size_t speclen = spec ? (size_t)(end - spec - 1) : 0;
+		if (spec)
+			fl = (size_t)(spec - f);
+		if (conv && conv < f + fl) {
+			fl = (size_t)(conv - f);
+			if ((size_t)((spec ? spec : end) - conv) != 2 || !strchr("rs", conv[1]))
+				jx_fail(r, MOE_EUNSUPPORTED, "format: only the conversions !r and !s "
+					"are supported");
+		} else {
+			conv = NULL;
+		}
+		if (memchr(f, '{', fl) || (spec && memchr(spec, '{', speclen)))
+			jx_fail(r, MOE_EUNSUPPORTED, "format: nested fields are not supported");
+		for (size_t k = 0; k < fl; k++)
+			if (f[k] == '.' || f[k] == '[')
+				jx_fail(r, MOE_EUNSUPPORTED, "format: attribute and item fields are not "
+					"supported");
 		jv *v;
 		if (!fl) {
 			v = arg(r, a, auto_i++, NULL);
@@ -852,7 +1042,16 @@ static jv str_format(jrender *r, const jv *s, const fargs *a)
 		}
 		if (!v)
 			jx_fail(r, MOE_EINVAL, "format: missing argument for '{%.*s}'", (int)fl, f);
-		jv_str_to(r, b, v);
+		jv cv = *v;
+		if (conv) {
+			moe_sbuf *t = tmp_open(r);
+			if (conv[1] == 'r')
+				jv_repr_to(r, t, v);
+			else
+				jv_str_to(r, t, v);
+			cv = tmp_close(r, t);
+		}
+		format_spec_to(r, b, &cv, spec ? spec + 1 : "", speclen);
 		i = (size_t)(end - s->s);
 	}
 	return tmp_close(r, b);
@@ -1125,7 +1324,18 @@ jv jx_call_builtin(jrender *r, jfunc *f, jv *args, const char **kw, size_t n)
 				jx_fail(r, MOE_EINVAL, "no items for cycling given");
 			return args[f->self.loop->index0 % n];
 		}
-		jx_fail(r, MOE_EINVAL, "loop.changed is not supported");
+		/* loop.changed(*args): true on the first call and whenever the
+		 * arguments differ from the last call's (compared as tuples). */
+		jloop *lp = f->self.loop;
+		jv now = jv_list_new(r, n);
+		now.tuple = 1;
+		for (size_t i = 0; i < n; i++)
+			jlist_push(r, now.l, args[i]);
+		if (lp->changed_seen && jv_equal(&lp->changed_last, &now))
+			return jv_bool(false);
+		lp->changed_last = now;
+		lp->changed_seen = true;
+		return jv_bool(true);
 	}
 	if (f->kind == FN_CYCLER_NEXT || f->kind == FN_JOINER) {
 		jv *pos = jdict_get(f->state, "pos", 3);
@@ -1347,7 +1557,8 @@ static const char filters[] =
 	"forceescape\0format\0indent\0int\0items\0join\0last\0length\0list\0lower\0map\0max\0"
 	"min\0reject\0rejectattr\0replace\0reverse\0round\0safe\0select\0selectattr\0sort\0"
 	"string\0sum\0title\0tojson\0trim\0unique\0upper\0wordcount\0center\0truncate\0"
-	"batch\0striptags\0";
+	"batch\0striptags\0slice\0urlencode\0xmlattr\0groupby\0wordwrap\0pprint\0filesizeformat\0"
+	"urlize\0";
 
 bool jx_has_filter(const char *name)
 {
@@ -1465,6 +1676,152 @@ static size_t len_of(jrender *r, const jv *v)
 	default: break;
 	}
 	jx_fail(r, MOE_EINVAL, "object of type '%s' has no len()", jv_type_name(v));
+}
+
+/* Python's html.unescape for the references striptags meets: numeric ones
+ * and the five of XML plus nbsp.  Other named references (the HTML5 table
+ * has 2,231) are refused rather than left wrong. */
+static void html_unescape_to(jrender *r, moe_sbuf *b, const char *s, size_t n)
+{
+	static const struct { const char *name; uint32_t cp; } named[] = {
+		{"amp;", '&'}, {"lt;", '<'}, {"gt;", '>'}, {"quot;", '"'}, {"apos;", '\''},
+		{"nbsp;", 0xA0},
+	};
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] != '&') {
+			jx_add(r, b, s + i, 1);
+			continue;
+		}
+		size_t j = i + 1;
+		if (j < n && s[j] == '#') {
+			bool hex = j + 1 < n && (s[j + 1] == 'x' || s[j + 1] == 'X');
+			size_t k = j + 1 + hex, d0 = k;
+			uint64_t v = 0;
+			while (k < n && (hex ? isxdigit((unsigned char)s[k]) : isdigit((unsigned char)s[k]))) {
+				if (v <= 0x10FFFF)
+					v = v * (hex ? 16 : 10) +
+					    (uint64_t)(isdigit((unsigned char)s[k]) ? s[k] - '0'
+							: (tolower((unsigned char)s[k]) - 'a' + 10));
+				k++;
+			}
+			if (k == d0) {
+				jx_add(r, b, s + i, 1);
+				continue;
+			}
+			if (k < n && s[k] == ';')
+				k++;
+			if (v >= 0x80 && v <= 0x9F)
+				jx_fail(r, MOE_EUNSUPPORTED, "striptags: character reference "
+					"'%.*s' (a Windows-1252 code) is not supported", (int)(k - i),
+					s + i);
+			if (v == 0 || (v >= 0xD800 && v <= 0xDFFF) || v > 0x10FFFF)
+				add_cp(r, b, 0xFFFD);
+			else if (v == 0x0D)
+				adds(r, b, "\r");
+			else if (!((v >= 0x1 && v <= 0x8) || v == 0xB || (v >= 0xE && v <= 0x1F) ||
+				   v == 0x7F || (v >= 0xFDD0 && v <= 0xFDEF) ||
+				   (v & 0xFFFF) == 0xFFFE || (v & 0xFFFF) == 0xFFFF))
+				add_cp(r, b, (uint32_t)v);
+			i = k - 1;
+			continue;
+		}
+		size_t k = j;
+		while (k < n && k - j < 32 && !strchr("\t\n\f <&#;", s[k]))
+			k++;
+		if (k == j) {
+			jx_add(r, b, s + i, 1);
+			continue;
+		}
+		size_t len = k - j + (k < n && s[k] == ';');
+		size_t m;
+		for (m = 0; m < sizeof named / sizeof named[0]; m++)
+			if (strlen(named[m].name) == len && memcmp(named[m].name, s + j, len) == 0)
+				break;
+		if (m == sizeof named / sizeof named[0])
+			jx_fail(r, MOE_EUNSUPPORTED, "striptags: HTML entity '&%.*s' is not supported",
+				(int)len, s + j);
+		add_cp(r, b, named[m].cp);
+		i = j + len - 1;
+	}
+}
+
+/* Markup(s).striptags(): comments, then tags, removed; whitespace runs to
+ * one space; entities unescaped (markupsafe 2.1). */
+static jv striptags(jrender *r, const jv *s)
+{
+	moe_sbuf *c = tmp_open(r);
+	for (size_t i = 0; i < s->n;) {
+		if (s->n - i >= 4 && memcmp(s->s + i, "<!--", 4) == 0) {
+			const char *e = memmem(s->s + i + 4, s->n - i - 4, "-->", 3);
+			if (e) {
+				i = (size_t)(e - s->s) + 3;
+				continue;
+			}
+		}
+		jx_add(r, c, s->s + i, 1);
+		i++;
+	}
+	jv nc = jv_str_copy(r, c->p ? c->p : "", c->len);
+	moe_sbuf *t = c;
+	t->len = 0;
+	for (size_t i = 0; i < nc.n;) {
+		if (nc.s[i] == '<') {
+			const char *e = memchr(nc.s + i + 1, '>', nc.n - i - 1);
+			if (e) {
+				i = (size_t)(e - nc.s) + 1;
+				continue;
+			}
+		}
+		jx_add(r, t, nc.s + i, 1);
+		i++;
+	}
+	jv nt = jv_str_copy(r, t->p ? t->p : "", t->len);
+	t->len = 0;
+	/* " ".join(value.split()) */
+	bool any = false;
+	for (size_t i = 0; i < nt.n;) {
+		uint32_t cp;
+		size_t l = next_cp(nt.s, nt.n, i, &cp);
+		if (ju_isspace(cp)) {
+			i += l;
+			continue;
+		}
+		size_t w = i;
+		while (w < nt.n) {
+			l = next_cp(nt.s, nt.n, w, &cp);
+			if (ju_isspace(cp))
+				break;
+			w += l;
+		}
+		if (any)
+			adds(r, t, " ");
+		jx_add(r, t, nt.s + i, w - i);
+		any = true;
+		i = w;
+	}
+	jv joined = jv_str_copy(r, t->p ? t->p : "", t->len);
+	t->len = 0;
+	html_unescape_to(r, t, joined.s, joined.n);
+	return tmp_close(r, t);
+}
+
+/* jinja2.utils.url_quote: UTF-8 bytes, unreserved characters kept ("/"
+ * too unless for a query string, where spaces become "+"). */
+static void url_quote_to(jrender *r, moe_sbuf *b, const jv *v, bool for_qs)
+{
+	jv s = jv_to_str(r, v);
+	for (size_t i = 0; i < s.n; i++) {
+		unsigned char c = (unsigned char)s.s[i];
+		if (isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (c == '/' && !for_qs)) {
+			jx_add(r, b, s.s + i, 1);
+		} else if (c == ' ' && for_qs) {
+			adds(r, b, "+");
+		} else {
+			char h[4];
+			snprintf(h, sizeof h, "%%%02X", c);
+			adds(r, b, h);
+		}
+	}
 }
 
 /* select/reject/selectattr/rejectattr */
@@ -1767,8 +2124,147 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		const char *s = want_str(r, nm, "attribute name", &l);
 		return jv_getattr(r, &in, s, l);
 	}
-	if (F("batch") || F("striptags") || F("truncate"))
+	if (F("wordwrap") || F("pprint") || F("filesizeformat") || F("urlize"))
+		/* Jinja filters no chat template is known to use; refused by
+		 * name so a template with them falls back to a built-in format. */
 		jx_fail(r, MOE_EUNSUPPORTED, "filter '%s' is not supported", name);
+	if (F("groupby")) {
+		/* Jinja's do_groupby: sorted by the attribute (case-insensitive
+		 * unless asked), consecutive equal keys grouped; each group a
+		 * (grouper, list) tuple whose grouper is the first item's own
+		 * value. */
+		jv *at = arg(r, &a, 0, "attribute"), *def = arg(r, &a, 1, "default");
+		bool cs = opt_bool(arg(r, &a, 2, "case_sensitive"), false);
+		if (!at)
+			jx_fail(r, MOE_EINVAL, "groupby() takes an attribute");
+		jlist *l = jv_iter(r, &in);
+		jv *items = jx_alloc(r, (l->n + 1) * sizeof *items);
+		jv *keys = jx_alloc(r, (l->n + 1) * sizeof *keys);
+		for (size_t i = 0; i < l->n; i++) {
+			items[i] = l->v[i];
+			keys[i] = attr_path(r, l->v[i], at);
+			if (keys[i].t == JV_UNDEF && def)
+				keys[i] = *def;
+		}
+		sort_by(r, items, keys, l->n, cs, false);
+		jv out = jv_list_new(r, 0);
+		for (size_t i = 0; i < l->n;) {
+			jv k0 = keys[i];
+			if (!cs && k0.t == JV_STR)
+				k0 = change_case(r, &k0, CASE_LOWER);
+			jv group = jv_list_new(r, 4);
+			size_t j = i;
+			for (; j < l->n; j++) {
+				jv kj = keys[j];
+				if (!cs && kj.t == JV_STR)
+					kj = change_case(r, &kj, CASE_LOWER);
+				if (!jv_equal(&kj, &k0))
+					break;
+				jlist_push(r, group.l, items[j]);
+			}
+			jv gt = jv_list_new(r, 2);
+			gt.tuple = 2;
+			jlist_push(r, gt.l, cs ? k0 : keys[i]);
+			jlist_push(r, gt.l, group);
+			jlist_push(r, out.l, gt);
+			i = j;
+		}
+		return out;
+	}
+	if (F("batch")) {
+		jv *lc = arg(r, &a, 0, "linecount"), *fill = arg(r, &a, 1, "fill_with");
+		if (!lc)
+			jx_fail(r, MOE_EINVAL, "batch() takes a line count");
+		int64_t k = want_int(r, lc, "linecount");
+		if (k <= 0)
+			jx_fail(r, MOE_EINVAL, "batch: the line count must be positive");
+		jlist *l = jv_iter(r, &in);
+		jv out = jv_list_new(r, l->n / (size_t)k + 1);
+		for (size_t i = 0; i < l->n; i += (size_t)k) {
+			jv row = jv_list_new(r, (size_t)k);
+			for (size_t j = i; j < l->n && j < i + (size_t)k; j++)
+				jlist_push(r, row.l, l->v[j]);
+			while (fill && fill->t != JV_NONE && row.l->n < (size_t)k)
+				jlist_push(r, row.l, *fill);
+			jlist_push(r, out.l, row);
+		}
+		return out;
+	}
+	if (F("slice")) {
+		/* Jinja's do_slice: `slices` columns, the first len % slices one
+		 * longer; the others padded with fill_with when given. */
+		jv *sl = arg(r, &a, 0, "slices"), *fill = arg(r, &a, 1, "fill_with");
+		if (!sl)
+			jx_fail(r, MOE_EINVAL, "slice() takes a number of slices");
+		int64_t k = want_int(r, sl, "slices");
+		if (k <= 0 || k > 1000000)
+			jx_fail(r, MOE_EINVAL, "slice: the number of slices must be in 1..1000000");
+		jlist *l = jv_iter(r, &in);
+		size_t per = l->n / (size_t)k, extra = l->n % (size_t)k, off = 0;
+		jv out = jv_list_new(r, (size_t)k);
+		for (size_t sn = 0; sn < (size_t)k; sn++) {
+			size_t start = off + sn * per;
+			if (sn < extra)
+				off++;
+			size_t end = off + (sn + 1) * per;
+			jv col = jv_list_new(r, end - start + 1);
+			for (size_t j = start; j < end && j < l->n; j++)
+				jlist_push(r, col.l, l->v[j]);
+			if (fill && fill->t != JV_NONE && sn >= extra)
+				jlist_push(r, col.l, *fill);
+			jlist_push(r, out.l, col);
+		}
+		return out;
+	}
+	if (F("striptags")) {
+		jv sv = jv_to_str(r, &in);
+		return striptags(r, &sv);
+	}
+	if (F("urlencode")) {
+		moe_sbuf *b = tmp_open(r);
+		if (in.t != JV_LIST && in.t != JV_DICT) {
+			url_quote_to(r, b, &in, false);
+			return tmp_close(r, b);
+		}
+		jlist *pairs = in.t == JV_DICT ? dict_items(r, in.d).l : in.l;
+		for (size_t i = 0; i < pairs->n; i++) {
+			jlist *kv = jv_iter(r, &pairs->v[i]);
+			if (kv->n != 2)
+				jx_fail(r, MOE_EINVAL, "urlencode: expected (key, value) pairs");
+			if (i)
+				adds(r, b, "&");
+			url_quote_to(r, b, &kv->v[0], true);
+			adds(r, b, "=");
+			url_quote_to(r, b, &kv->v[1], true);
+		}
+		return tmp_close(r, b);
+	}
+	if (F("xmlattr")) {
+		bool autospace = opt_bool(arg(r, &a, 0, "autospace"), true);
+		if (in.t != JV_DICT)
+			jx_fail(r, MOE_EINVAL, "xmlattr: '%s' object has no attribute 'items'",
+				jv_type_name(&in));
+		moe_sbuf *b = tmp_open(r);
+		bool any = false;
+		for (size_t i = 0; i < in.d->n; i++) {
+			jv *v = &in.d->v[i];
+			if (v->t == JV_NONE || v->t == JV_UNDEF)
+				continue;
+			jv k = jv_to_str(r, &in.d->k[i]);
+			for (size_t j = 0; j < k.n; j++)
+				if (strchr(" \t\n\r\f\v/>=", k.s[j]) && k.s[j])
+					jx_fail(r, MOE_EINVAL, "Invalid character in attribute name: "
+						"'%.*s'", (int)k.n, k.s);
+			adds(r, b, any || autospace ? " " : "");
+			jv ek = html_escape(r, &k), vs = jv_to_str(r, v), ev = html_escape(r, &vs);
+			jx_add(r, b, ek.s, ek.n);
+			adds(r, b, "=\"");
+			jx_add(r, b, ev.s, ev.n);
+			adds(r, b, "\"");
+			any = true;
+		}
+		return tmp_close(r, b);
+	}
 	if (F("format")) {
 		if (in.t != JV_STR)
 			jx_fail(r, MOE_EINVAL, "format: not a string");
@@ -1797,6 +2293,39 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 	}
 	/* The rest work on the string form. */
 	jv s = need_str(r, &in);
+	if (F("truncate")) {
+		/* Jinja's do_truncate, lengths in code points; leeway 5 (the
+		 * default policy). */
+		jv *ln = arg(r, &a, 0, "length"), *kill = arg(r, &a, 1, "killwords");
+		jv *end = arg(r, &a, 2, "end"), *lee = arg(r, &a, 3, "leeway");
+		int64_t length = ln ? want_int(r, ln, "length") : 255;
+		int64_t leeway = lee && lee->t != JV_NONE ? want_int(r, lee, "leeway") : 5;
+		jv ends = end ? need_str(r, end) : jv_strn("...", 3);
+		int64_t elen = (int64_t)ju_len(ends.s, ends.n), slen = (int64_t)ju_len(s.s, s.n);
+		if (length < elen)
+			jx_fail(r, MOE_EINVAL, "expected length >= %" PRId64 ", got %" PRId64, elen,
+				length);
+		if (leeway < 0)
+			jx_fail(r, MOE_EINVAL, "expected leeway >= 0, got %" PRId64, leeway);
+		if (slen <= length + leeway)
+			return s;
+		size_t cut = ju_off(s.s, s.n, (size_t)(length - elen));
+		if (!opt_bool(kill, false)) {
+			/* s[:length - len(end)].rsplit(" ", 1)[0] */
+			const char *sp = NULL;
+			for (size_t i = cut; i-- > 0;)
+				if (s.s[i] == ' ') {
+					sp = s.s + i;
+					break;
+				}
+			if (sp)
+				cut = (size_t)(sp - s.s);
+		}
+		moe_sbuf *b = tmp_open(r);
+		jx_add(r, b, s.s, cut);
+		jx_add(r, b, ends.s, ends.n);
+		return tmp_close(r, b);
+	}
 	if (F("trim")) {
 		jv *chars = arg(r, &a, 0, "chars");
 		if (chars && chars->t == JV_NONE)

@@ -1098,6 +1098,38 @@ static void parse_targets(parser *ps, node *n)
 	n->n_names = k;
 }
 
+/* Parameters of a macro or call block, after its "(" up to and including
+ * ")": names with optional defaults. */
+static void parse_params(parser *ps, node *n, int line)
+{
+	nvec defs = {0};
+	const char *names[64];
+	size_t k = 0;
+	while (!is_op(cur(ps), ")")) {
+		if (k)
+			expect_op(ps, ",");
+		if (is_op(cur(ps), ")"))
+			break;
+		if (k == 64)
+			fail_at(ps->r, line, "too many macro parameters");
+		names[k++] = expect_name(ps);
+		node *d = NULL;
+		if (is_op(cur(ps), "=")) {
+			ps->pos++;
+			d = parse_expr(ps, true);
+		} else if (defs.n && defs.v[defs.n - 1]) {
+			fail_at(ps->r, line, "non-default argument follows default argument");
+		}
+		nvec_push(ps, &defs, d, NULL);
+	}
+	ps->pos++;
+	n->names = jx_alloc(ps->r, (k ? k : 1) * sizeof *n->names);
+	memcpy(n->names, names, k * sizeof *names);
+	n->n_names = k;
+	n->args = defs.v;
+	n->n_args = defs.n;
+}
+
 static node *parse_stmt(parser *ps)
 {
 	tok *kw = cur(ps);
@@ -1144,8 +1176,10 @@ static node *parse_stmt(parser *ps)
 			ps->pos++;
 			n->d = parse_expr(ps, true);
 		}
-		if (is_name(cur(ps), "recursive"))
-			fail_at(ps->r, line, "recursive for loops are not supported");
+		if (is_name(cur(ps), "recursive")) {
+			n->neg = 1; /* S_FOR: recursive */
+			ps->pos++;
+		}
 		expect_bend(ps);
 		ps->loops++;
 		n->b = parse_body(ps, "else\0endfor\0", "for", line);
@@ -1189,33 +1223,8 @@ static node *parse_stmt(parser *ps)
 		n = mk(ps, S_MACRO, line);
 		n->name = expect_name(ps);
 		expect_op(ps, "(");
-		nvec defs = {0};
-		const char *names[64];
-		size_t k = 0;
-		while (!is_op(cur(ps), ")")) {
-			if (k)
-				expect_op(ps, ",");
-			if (is_op(cur(ps), ")"))
-				break;
-			if (k == 64)
-				fail_at(ps->r, line, "too many macro parameters");
-			names[k++] = expect_name(ps);
-			node *d = NULL;
-			if (is_op(cur(ps), "=")) {
-				ps->pos++;
-				d = parse_expr(ps, true);
-			} else if (defs.n && defs.v[defs.n - 1]) {
-				fail_at(ps->r, line, "non-default argument follows default argument");
-			}
-			nvec_push(ps, &defs, d, NULL);
-		}
-		ps->pos++;
+		parse_params(ps, n, line);
 		expect_bend(ps);
-		n->names = jx_alloc(ps->r, (k ? k : 1) * sizeof *n->names);
-		memcpy(n->names, names, k * sizeof *names);
-		n->n_names = k;
-		n->args = defs.v;
-		n->n_args = defs.n;
 		int saved = ps->loops;
 		ps->loops = 0;
 		n->b = parse_body(ps, "endmacro\0", "macro", line);
@@ -1273,7 +1282,24 @@ static node *parse_stmt(parser *ps)
 			ps->pos++;
 		expect_bend(ps);
 	} else if (is_name(kw, "call")) {
-		fail_at(ps->r, line, "{%% call %%} blocks are not supported");
+		/* {% call(params) macro(args) %}body{% endcall %}: the macro runs
+		 * with `caller`, a macro of the params whose body is this one. */
+		n = mk(ps, S_CALLBLOCK, line);
+		n->name = "caller";
+		if (is_op(cur(ps), "(")) {
+			ps->pos++;
+			parse_params(ps, n, line);
+		}
+		n->a = parse_expr(ps, true);
+		if (n->a->kind != N_CALL)
+			fail_at(ps->r, line, "a call block needs a macro call");
+		expect_bend(ps);
+		int saved = ps->loops;
+		ps->loops = 0;
+		n->b = parse_body(ps, "endcall\0", "call", line);
+		ps->loops = saved;
+		ps->pos++;
+		expect_bend(ps);
 	} else if (is_name(kw, "include") || is_name(kw, "import") || is_name(kw, "from") ||
 		   is_name(kw, "extends")) {
 		fail_at(ps->r, line, "'%.*s' is not allowed: chat templates cannot load "
