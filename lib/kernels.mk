@@ -11,9 +11,12 @@ lib_libmoecore_a_SOURCES += lib/kernels/kernels.c lib/kernels/generic.c lib/kern
 if MOE_X86_KERNELS
 noinst_LIBRARIES += lib/libmoe_avx2.a lib/libmoe_avx512.a
 lib_libmoe_avx2_a_SOURCES = lib/kernels/avx2.c
-lib_libmoe_avx2_a_CFLAGS = $(AM_CFLAGS) $(AVX2_CFLAGS)
+# No contraction of a * b + c into fma behind the code's back: which
+# products are fused is part of the fixed reduction order that makes
+# results batch-invariant, so the kernels say it explicitly.
+lib_libmoe_avx2_a_CFLAGS = $(AM_CFLAGS) $(AVX2_CFLAGS) -ffp-contract=off
 lib_libmoe_avx512_a_SOURCES = lib/kernels/avx512.c
-lib_libmoe_avx512_a_CFLAGS = $(AM_CFLAGS) $(AVX512_CFLAGS)
+lib_libmoe_avx512_a_CFLAGS = $(AM_CFLAGS) $(AVX512_CFLAGS) -ffp-contract=off
 lib_libmoecore_a_LIBADD += lib/kernels/libmoe_avx2_a-avx2.$(OBJEXT) \
 	lib/kernels/libmoe_avx512_a-avx512.$(OBJEXT)
 endif

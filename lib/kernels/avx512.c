@@ -444,17 +444,36 @@ MOE_GEMM(mxfp4, 4, 4, 4)
 #define Q8K_BSUMS 260
 #define Q8K_SIZE 292
 
-/* Finish one super-block of Q4_K/Q5_K for (row, token): ai holds
- * sum_g sc_g * dot_g spread over 16 lanes; fold it into lanes 0-7, put
- * m_g * (bsum_2g + bsum_2g+1) into lanes 8-15 (scm: lanes 0-7 scales,
- * 8-15 mins; gs: lanes 8-15 the activation group sums) and scale the
- * lanes by d * dy and -dmin * dy (dm: d and dmin, dys: dy and -dy, each
- * over lanes 0-7 and 8-15). */
-INLINE __m512 k4_finish(__m512 acc, __m512i ai, __m512i scm, __m512i gs, __m512 dm, __m512 dys)
+/* ------------------------------------------ the K-quant reduction order
+ *
+ * Batch invariance: a (row, token) result must not depend on the kernel
+ * that computed it (decode tiles with lanes along k, or the prefill GEMM
+ * with rows in lanes).  Integer sums are exact in any order, so for the
+ * K-quants every super-block i is reduced to exact 32-bit integers first —
+ * isum = sum_g sc_g * dot_g and (Q4_K, Q5_K) msum = sum_g m_g * bsum_g —
+ * and the float work is the same fixed sequence for every output:
+ *     acc = fma(float(isum), d * dy, acc)
+ *     acc = fnmadd(float(msum), dmin * dy, acc)    (acc starts at +0)
+ * for i = 0, 1, ... in order.  Both kernels below follow it lane by lane.
+ */
+
+/* Four outputs' integer sums from vectors whose lanes 0-7 add up to isum
+ * and lanes 8-15 to msum: *is, *ms get the four totals in lanes 0-3. */
+INLINE void reduce4(__m512i c0, __m512i c1, __m512i c2, __m512i c3, __m128i *is, __m128i *ms)
 {
-	__m512i lo = _mm512_maskz_add_epi32(0x00FF, ai, _mm512_shuffle_i64x2(ai, ai, 0x4E));
-	__m512i c = _mm512_dpwssd_epi32(lo, scm, gs);
-	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), _mm512_mul_ps(dm, dys), acc);
+	__m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(c0, c1), _mm512_unpackhi_epi32(c0, c1));
+	__m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(c2, c3), _mm512_unpackhi_epi32(c2, c3));
+	__m512i s4 = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23),
+				      _mm512_unpackhi_epi64(t01, t23));
+	*is = _mm_add_epi32(_mm512_castsi512_si128(s4), _mm512_extracti32x4_epi32(s4, 1));
+	*ms = _mm_add_epi32(_mm512_extracti32x4_epi32(s4, 2), _mm512_extracti32x4_epi32(s4, 3));
+}
+
+/* The float sequence of one super-block for four outputs (see above). */
+INLINE __m128 ksb_finish4(__m128 acc, __m128i is, __m128i ms, __m128 d, __m128 dmin, __m128 dy)
+{
+	acc = _mm_fmadd_ps(_mm_cvtepi32_ps(is), _mm_mul_ps(d, dy), acc);
+	return _mm_fnmadd_ps(_mm_cvtepi32_ps(ms), _mm_mul_ps(dmin, dy), acc);
 }
 
 /* The 12 packed scale bytes of Q4_K/Q5_K (read as 16: the block goes on)
@@ -470,14 +489,6 @@ INLINE __m512i k4_scales(const uint8_t *p)
 			   _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
 	hi = _mm_and_si128(_mm_srli_epi32(hi, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
 	return _mm512_cvtepu8_epi32(_mm_or_si128(lo, hi));
-}
-
-/* d and dmin of a Q4_K/Q5_K block over lanes 0-7 and 8-15. */
-INLINE __m512 k4_dm(const uint8_t *b)
-{
-	const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-	__m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ldf32_bits(b)));
-	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
 }
 
 /* Codes 64c .. 64c+63 of block i of a Q8_K row. */
@@ -506,12 +517,11 @@ INLINE void k45_tile(const int five, const int R, const int T, int64_t n, const 
 	const __m512i idx0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
 	const __m512i bit0 = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi8(1),
 						     _mm512_set1_epi8(2));
-	__m512 acc[4][6];
+	__m128 acc4[6];
 	int64_t nb = n / MOE_QK_K;
 
-	MOE_UNROLL for (int r = 0; r < R; r++)
-		MOE_UNROLL for (int t = 0; t < T; t++)
-			acc[r][t] = _mm512_setzero_ps();
+	MOE_UNROLL for (int g = 0; g < 6; g++)
+		acc4[g] = _mm_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		__m512i scm[4], qh[4], ai[4][6];
 		MOE_UNROLL for (int r = 0; r < R; r++) {
@@ -545,20 +555,36 @@ INLINE void k45_tile(const int five, const int R, const int T, int64_t n, const 
 					ai[r][t] = dot_scaled(ai[r][t], q, xq[t], sc);
 			}
 		}
+		/* Lanes 0-7: the group sums folded in pairs (still sc-scaled
+		 * integers); lanes 8-15: m_g * (bsum_2g + bsum_2g+1). */
+		__m512i c[24];
+		float dd[24], dmn[24], dyv[24];
 		MOE_UNROLL for (int r = 0; r < R; r++) {
 			const uint8_t *b = w + r * ldw + i * bsz;
-			__m512 dm = k4_dm(b);
 			MOE_UNROLL for (int t = 0; t < T; t++) {
 				const uint8_t *y = x + t * ldx + i * Q8K_SIZE;
-				__m512 dy = _mm512_set1_ps(ldf32(y + Q8K_D));
-				__m512 dys = _mm512_mask_sub_ps(dy, 0xFF00, _mm512_setzero_ps(),
-								dy);
-				acc[r][t] = k4_finish(acc[r][t], ai[r][t], scm[r],
-						      q8k_group_sums(y), dm, dys);
+				__m512i lo = _mm512_maskz_add_epi32(
+					0x00FF, ai[r][t], _mm512_shuffle_i64x2(ai[r][t], ai[r][t], 0x4E));
+				c[r * T + t] = _mm512_dpwssd_epi32(lo, scm[r], q8k_group_sums(y));
+				dd[r * T + t] = h2f(b);
+				dmn[r * T + t] = h2f(b + 2);
+				dyv[r * T + t] = ldf32(y + Q8K_D);
 			}
 		}
+		MOE_UNROLL for (int o = R * T; o < (R * T + 3) / 4 * 4; o++) {
+			c[o] = zero_i();
+			dd[o] = dmn[o] = dyv[o] = 0.0f;
+		}
+		MOE_UNROLL for (int g = 0; g < (R * T + 3) / 4; g++) {
+			__m128i is, ms;
+			reduce4(c[4 * g], c[4 * g + 1], c[4 * g + 2], c[4 * g + 3], &is, &ms);
+			acc4[g] = ksb_finish4(acc4[g], is, ms, _mm_loadu_ps(dd + 4 * g),
+					      _mm_loadu_ps(dmn + 4 * g), _mm_loadu_ps(dyv + 4 * g));
+		}
 	}
-	STORE_TILE(R, T, acc, s, lds);
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		MOE_UNROLL for (int t = 0; t < T; t++)
+			s[t * lds + r] = acc4[(r * T + t) / 4][(r * T + t) % 4];
 }
 
 INLINE void q4_k_tile(const int R, const int T, int64_t n, const uint8_t *w, size_t ldw,
@@ -575,6 +601,220 @@ INLINE void q5_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 
 MOE_GEMM(q4_k, 3, 4, 4)
 MOE_GEMM(q5_k, 2, 4, 4)
+
+/* ------------------------------------------------ prefill GEMM, K-quants
+ *
+ * For many tokens the weights are unpacked once into an int8 working form
+ * with the rows in the lanes — codes[k / 4][16 rows][4 bytes], plus the
+ * integer group scales and minimums and the float d, dmin as vectors of 16
+ * rows — and reused for every token: each vpdpbusd then multiplies four
+ * codes of 16 rows with four activation codes of one token (broadcast), no
+ * decoding or horizontal sums in the inner loop.  The integer group scales
+ * apply with vpdpwssd to sums of 16 (Q4_K) or 8 (Q5_K) codes, which fit 16
+ * bits (16 * 15 * 127, 8 * 31 * 127).  Super-blocks go in chunks of KSB so
+ * the working form (about 40 KiB) stays in L1/L2; between chunks the float
+ * accumulators wait in Y, which keeps the reduction order of the decode
+ * tiles exactly (see "the K-quant reduction order"). */
+
+#define KSB 8 /* super-blocks per unpacked chunk */
+#define GT 8  /* tokens per register tile */
+
+typedef struct {
+	uint8_t q[KSB][64][64];   /* [sb][k/4][row][4] codes */
+	int32_t sc[KSB][8][16];   /* [sb][group][row] scale (low 16 bits) */
+	int32_t mm[KSB][8][16];   /* [sb][group][row] m | m << 16 */
+	float d[KSB][16], dmin[KSB][16];
+} k45_pack;
+
+/* out[j] lane r = in[r] lane j (a 16 x 16 transpose of 32-bit lanes). */
+INLINE void transpose16(__m512i v[16])
+{
+	__m512i t[16], u[16];
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+	}
+	/* u[4i + c]: 128-bit block L holds column 4L + c of rows 4i..4i+3. */
+	for (int i = 0; i < 4; i++) {
+		u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+		u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+		u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+		u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+	}
+	for (int c = 0; c < 4; c++) {
+		__m512i w0 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(1, 0, 1, 0));
+		__m512i w1 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 2, 3, 2));
+		__m512i w2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(1, 0, 1, 0));
+		__m512i w3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 2, 3, 2));
+		v[c] = _mm512_shuffle_i32x4(w0, w2, _MM_SHUFFLE(2, 0, 2, 0));
+		v[4 + c] = _mm512_shuffle_i32x4(w0, w2, _MM_SHUFFLE(3, 1, 3, 1));
+		v[8 + c] = _mm512_shuffle_i32x4(w1, w3, _MM_SHUFFLE(2, 0, 2, 0));
+		v[12 + c] = _mm512_shuffle_i32x4(w1, w3, _MM_SHUFFLE(3, 1, 3, 1));
+	}
+}
+
+/* Unpack super-blocks [i0, i0 + nsb) of `rows` (<= 16) rows; missing rows
+ * are zero. */
+static void k45_unpack(const int five, k45_pack *pk, const uint8_t *w, size_t ldw, int rows,
+		       int64_t i0, int nsb)
+{
+	const size_t bsz = five ? sizeof(moe_block_q5_k) : sizeof(moe_block_q4_k);
+	const size_t qs_off = five ? offsetof(moe_block_q5_k, qs) : offsetof(moe_block_q4_k, qs);
+	const __m512i m4 = _mm512_set1_epi8(0x0F);
+	const __m512i bit0 = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi8(1), _mm512_set1_epi8(2));
+
+	for (int sb = 0; sb < nsb; sb++) {
+		__m512i v[16];
+		for (int p = 0; p < 4; p++) {
+			for (int r = 0; r < 16; r++) {
+				if (r >= rows) {
+					v[r] = zero_i();
+					continue;
+				}
+				const uint8_t *b = w + r * ldw + (i0 + sb) * bsz;
+				__m512i q = _mm512_broadcast_i64x4(
+					_mm256_loadu_si256((const void *)(b + qs_off + 32 * p)));
+				q = _mm512_mask_srli_epi16(q, 0xFFFF0000u, q, 4);
+				q = _mm512_and_si512(q, m4);
+				if (five) {
+					__m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+						(const void *)(b + offsetof(moe_block_q5_k, qh))));
+					__mmask64 k = _mm512_test_epi8_mask(
+						qh, _mm512_slli_epi16(bit0, 2 * p));
+					q = _mm512_mask_add_epi8(q, k, q, _mm512_set1_epi8(16));
+				}
+				v[r] = q;
+			}
+			transpose16(v);
+			for (int j = 0; j < 16; j++)
+				_mm512_store_si512(pk->q[sb][16 * p + j], v[j]);
+		}
+		float d[16], dmin[16];
+		for (int r = 0; r < 16; r++) {
+			const uint8_t *b = w + r * ldw + (i0 + sb) * bsz;
+			v[r] = r < rows ? k4_scales(b + 4) : zero_i();
+			d[r] = r < rows ? h2f(b) : 0.0f;
+			dmin[r] = r < rows ? h2f(b + 2) : 0.0f;
+		}
+		transpose16(v);
+		for (int g = 0; g < 8; g++) {
+			_mm512_store_si512(pk->sc[sb][g], v[g]);
+			_mm512_store_si512(pk->mm[sb][g],
+					   _mm512_or_si512(v[8 + g], _mm512_slli_epi32(v[8 + g], 16)));
+		}
+		memcpy(pk->d[sb], d, sizeof(d));
+		memcpy(pk->dmin[sb], dmin, sizeof(dmin));
+	}
+}
+
+INLINE __m512i bcast32(const uint8_t *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+/* T tokens x 16 rows over nsb unpacked super-blocks; acc[t] lane r is the
+ * running sum of (row r, token t). */
+INLINE void k45_rows_tile(const int five, const int T, const k45_pack *pk, int nsb, int64_t i0,
+			  const uint8_t *x, size_t ldx, __m512 acc[GT])
+{
+	/* Q4_K: 4 steps of 4 codes per scaled sum; Q5_K: 2. */
+	const int U = five ? 2 : 4;
+	for (int sb = 0; sb < nsb; sb++) {
+		const uint8_t *y = x + (i0 + sb) * Q8K_SIZE;
+		__m512i is[GT], ms[GT];
+		MOE_UNROLL for (int t = 0; t < T; t++)
+			is[t] = ms[t] = zero_i();
+		for (int g = 0; g < 8; g++) {
+			const __m512i sc = _mm512_load_si512(pk->sc[sb][g]);
+			for (int h = 0; h < 8; h += U) {
+				__m512i u[GT];
+				MOE_UNROLL for (int t = 0; t < T; t++)
+					u[t] = zero_i();
+				MOE_UNROLL for (int j = 0; j < U; j++) {
+					const int k4 = 8 * g + h + j;
+					const __m512i wv = _mm512_load_si512(pk->q[sb][k4]);
+					MOE_UNROLL for (int t = 0; t < T; t++)
+						u[t] = _mm512_dpbusd_epi32(
+							u[t], wv, bcast32(y + t * ldx + Q8K_QS + 4 * k4));
+				}
+				MOE_UNROLL for (int t = 0; t < T; t++)
+					is[t] = _mm512_dpwssd_epi32(is[t], u[t], sc);
+			}
+			const __m512i mm = _mm512_load_si512(pk->mm[sb][g]);
+			MOE_UNROLL for (int t = 0; t < T; t++)
+				ms[t] = _mm512_dpwssd_epi32(ms[t], mm,
+							    bcast32(y + t * ldx + Q8K_BSUMS + 4 * g));
+		}
+		const __m512 d = _mm512_load_ps(pk->d[sb]), dmin = _mm512_load_ps(pk->dmin[sb]);
+		MOE_UNROLL for (int t = 0; t < T; t++) {
+			__m512 dy = _mm512_set1_ps(ldf32(y + t * ldx + Q8K_D));
+			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(d, dy), acc[t]);
+			acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms[t]), _mm512_mul_ps(dmin, dy),
+						  acc[t]);
+		}
+	}
+}
+
+INLINE void k45_rows_gemm(const int five, int64_t n, int nr, int nt, const uint8_t *w, size_t ldw,
+			  const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const int64_t nb = n / MOE_QK_K;
+	k45_pack pk __attribute__((aligned(64)));
+
+	for (int r0 = 0; r0 < nr; r0 += 16) {
+		const int rows = nr - r0 < 16 ? nr - r0 : 16;
+		const __mmask16 m = (__mmask16)((1u << rows) - 1);
+		for (int64_t i0 = 0; i0 < nb; i0 += KSB) {
+			const int nsb = nb - i0 < KSB ? (int)(nb - i0) : KSB;
+			k45_unpack(five, &pk, w + (size_t)r0 * ldw, ldw, rows, i0, nsb);
+			for (int t0 = 0; t0 < nt; t0 += GT) {
+				const int T = nt - t0 < GT ? nt - t0 : GT;
+				float *st = s + (size_t)t0 * lds + r0;
+				const uint8_t *xt = x + (size_t)t0 * ldx;
+				__m512 acc[GT];
+				for (int t = 0; t < T; t++)
+					acc[t] = i0 ? _mm512_maskz_loadu_ps(m, st + t * lds)
+						    : _mm512_setzero_ps();
+				switch (T) {
+#define K45_CASE(TT)                                                                   \
+	case TT:                                                               \
+		k45_rows_tile(five, TT, &pk, nsb, i0, xt, ldx, acc);           \
+		break;
+					K45_CASE(1) K45_CASE(2) K45_CASE(3) K45_CASE(4)
+					K45_CASE(5) K45_CASE(6) K45_CASE(7) K45_CASE(8)
+#undef K45_CASE
+				}
+				for (int t = 0; t < T; t++)
+					_mm512_mask_storeu_ps(st + t * lds, m, acc[t]);
+			}
+		}
+	}
+}
+
+/* Tokens from which unpacking the weights pays (it costs about as much as
+ * a few tokens' products); below, the decode tiles.  Both give the same
+ * bits. */
+#define K45_ROWS_MIN_TOKENS 6
+
+static void q4_k_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+			  size_t ldx, float *s, size_t lds)
+{
+	if (nt >= K45_ROWS_MIN_TOKENS)
+		k45_rows_gemm(0, n, nr, nt, w, ldw, x, ldx, s, lds);
+	else
+		q4_k_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
+static void q5_k_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+			  size_t ldx, float *s, size_t lds)
+{
+	if (nt >= K45_ROWS_MIN_TOKENS)
+		k45_rows_gemm(1, n, nr, nt, w, ldw, x, ldx, s, lds);
+	else
+		q5_k_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
+}
 
 /* Q2_K and Q3_K: 2-bit fields; element 128h + 32j + l (l < 32) is field j
  * of qs[32h + l], so step c = 0..3 (64 elements, h = c / 2) takes fields
@@ -1006,6 +1246,8 @@ void moe_kernels_fill_avx512(moe_kernels *k)
 	SET(MOE_Q2_K, q2_k);
 	SET(MOE_Q3_K, q3_k);
 #undef SET
+	k->gemm[MOE_Q4_K] = q4_k_gemm_any;
+	k->gemm[MOE_Q5_K] = q5_k_gemm_any;
 	k->quantize_row[MOE_Q8_0] = quantize_row_q8_0;
 	k->quantize_row[MOE_Q8_1] = quantize_row_q8_1;
 	k->quantize_row[MOE_Q8_K] = quantize_row_q8_k;

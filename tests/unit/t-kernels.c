@@ -585,7 +585,7 @@ static void invariance_case(const moe_kernels *k, int dt, moe_pool *pools[3])
 	static const struct { int first, count; } batches[] = {{0, 70}, {5, 23}, {1, 2}, {40, 17}};
 	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
 	const moe_type_traits *t = moe_type_get(dt);
-	const int64_t cols = 768, ldx = cols + 3;
+	const int64_t cols = 2304, ldx = cols + 3; /* 9 super-blocks: more than one unpacked chunk */
 	const int max_rows = 131, max_tok = 70;
 	size_t wb = nbytes(dt, cols), sb = moe_matmul_scratch(dt, cols, max_tok);
 	uint8_t *W = malloc(wb * max_rows);
