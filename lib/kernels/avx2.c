@@ -1,6 +1,7 @@
-/* kernels/avx2.c — AVX2 + FMA + F16C dot products for F32, F16, BF16, Q8_0,
- * Q4_0, Q4_K, Q5_K, Q6_K, the Q8_0 and Q8_K activation quantisers and the
- * F16/BF16 row decoders.
+/* kernels/avx2.c — AVX2 + FMA + F16C dot products for every weight type
+ * (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, MXFP4, Q2_K .. Q6_K,
+ * IQ4_XS), the Q8_0 and Q8_K activation quantisers and the F16/BF16 row
+ * decoders.
  *
  * Compiled with $(AVX2_CFLAGS); kernels.c calls moe_kernels_fill_avx2 only
  * on a CPU that has these instructions.  These are single-row dot products
@@ -157,6 +158,112 @@ static void vec_dot_q4_0(int64_t n, float *s, const void *w, const void *x)
 	*s = hsum8(acc);
 }
 
+/* ------------------------------------- the other 32-element block types */
+
+/* sum w_j x_j per 32-bit lane for signed w (|w| <= 127): |w| unsigned and
+ * the sign moved onto x keep the pairs within 16 bits. */
+INLINE __m256i dot_s8(__m256i w, __m256i x)
+{
+	return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+/* The fifth bits of a Q5_0/Q5_1 block (bit j of qh: element j) as 0x10 in
+ * each byte whose bit is set. */
+INLINE __m256i q5_high(const uint8_t *qh)
+{
+	uint32_t h;
+	memcpy(&h, qh, 4);
+	const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+					     2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+	__m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), idx);
+	b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+	return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
+}
+
+INLINE __m256i book32(const int8_t *tab, const uint8_t *qs)
+{
+	return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const void *)tab)),
+				   nibbles32(qs));
+}
+
+/* Q5_0 (x = d * (q - 16)), IQ4_NL and MXFP4 (code books): signed values. */
+static void vec_dot_q5_0(int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_q5_0 *b = w;
+	const moe_block_q8_0 *y = x;
+	__m256 acc = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n / MOE_QK; i++) {
+		__m256i q = _mm256_or_si256(nibbles32(b[i].qs), q5_high(b[i].qh));
+		q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+		__m256i p = dot_s8(q, _mm256_loadu_si256((const void *)y[i].qs));
+		float d = _cvtsh_ss(b[i].d) * _cvtsh_ss(y[i].d);
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
+	}
+	*s = hsum8(acc);
+}
+
+static void vec_dot_iq4_nl(int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_iq4_nl *b = w;
+	const moe_block_q8_0 *y = x;
+	__m256 acc = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n / MOE_QK; i++) {
+		__m256i p = dot_s8(book32(moe_kvalues_iq4nl, b[i].qs),
+				   _mm256_loadu_si256((const void *)y[i].qs));
+		float d = _cvtsh_ss(b[i].d) * _cvtsh_ss(y[i].d);
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
+	}
+	*s = hsum8(acc);
+}
+
+static void vec_dot_mxfp4(int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_mxfp4 *b = w;
+	const moe_block_q8_0 *y = x;
+	__m256 acc = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n / MOE_QK; i++) {
+		__m256i p = dot_s8(book32(moe_kvalues_mxfp4, b[i].qs),
+				   _mm256_loadu_si256((const void *)y[i].qs));
+		float d = moe_e8m0_to_f32_half(b[i].e) * _cvtsh_ss(y[i].d);
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
+	}
+	*s = hsum8(acc);
+}
+
+/* Q4_1 / Q5_1: x = d * q + m with Q8_1 activations: d * dy * sum(q y) +
+ * m * dy * sum(y), the code sums recomputed (Q8_1's s is rounded). */
+INLINE void q51_dot(const int five, int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_q8_1 *y = x;
+	const size_t bs = five ? sizeof(moe_block_q5_1) : sizeof(moe_block_q4_1);
+	__m256 acc = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n / MOE_QK; i++) {
+		const uint8_t *b = (const uint8_t *)w + i * bs;
+		__m256i q = nibbles32(b + (five ? offsetof(moe_block_q5_1, qs)
+					       : offsetof(moe_block_q4_1, qs)));
+		if (five)
+			q = _mm256_or_si256(q, q5_high(b + offsetof(moe_block_q5_1, qh)));
+		__m256i xv = _mm256_loadu_si256((const void *)y[i].qs);
+		__m256i p = dot_u8s8(q, xv);
+		__m256i sx = dot_u8s8(_mm256_set1_epi8(1), xv);
+		float dy = _cvtsh_ss(y[i].d);
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b) * dy), acc);
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_set1_ps(h2f(b + 2) * dy), acc);
+	}
+	*s = hsum8(acc);
+}
+
+static void vec_dot_q4_1(int64_t n, float *s, const void *w, const void *x)
+{
+	q51_dot(0, n, s, w, x);
+}
+
+static void vec_dot_q5_1(int64_t n, float *s, const void *w, const void *x)
+{
+	q51_dot(1, n, s, w, x);
+}
+
 /* ---------------------------------------------------------------- K-quants */
 
 /* Q4_K / Q5_K: per 64 elements j, the low nibbles of qs[32j .. 32j+31] are
@@ -260,6 +367,99 @@ static void vec_dot_q6_k(int64_t n, float *s, const void *w, const void *x)
 		for (int g = 0; g < 16; g++)
 			off += b[i].scales[g] * y[i].bsums[g];
 		sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
+		float d = _cvtsh_ss(b[i].d) * y[i].d;
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
+	}
+	*s = hsum8(acc);
+}
+
+/* Q2_K and Q3_K: element 128h + 32j + l (l < 32) is 2-bit field j of
+ * qs[32h + l]; groups of 16, so the two 16-byte halves of 32 elements take
+ * scales g and g+1 through vpmaddwd.  Q2_K: x = d * sc * q - dmin * m (the
+ * minimums through bsums); Q3_K: the third bit (bit 4h + j of hmask[l]) set
+ * adds 4 to q, and x = d * (sc - 32) * (q - 4), the -4 through bsums. */
+INLINE void k23_dot(const int three, int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_q8_k *y = x;
+	const size_t bsz = three ? sizeof(moe_block_q3_k) : sizeof(moe_block_q2_k);
+	const __m256i m2 = _mm256_set1_epi8(3);
+	__m256 acc = _mm256_setzero_ps();
+	float sum = 0.0f;
+
+	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
+		const uint8_t *b = (const uint8_t *)w + i * bsz;
+		const uint8_t *qs = b + (three ? offsetof(moe_block_q3_k, qs)
+					       : offsetof(moe_block_q2_k, qs));
+		int16_t sc[16];
+		int32_t off = 0;
+		for (int g = 0; g < 16; g++) {
+			if (three) {
+				sc[g] = (int16_t)(moe_k3_scale(b + offsetof(moe_block_q3_k, scales), g) - 32);
+				off += sc[g] * 4 * y[i].bsums[g];
+			} else {
+				sc[g] = (int16_t)(b[g] & 0x0F);
+				off += (b[g] >> 4) * y[i].bsums[g];
+			}
+		}
+		__m256i sumi = _mm256_setzero_si256();
+		for (int h = 0; h < 2; h++) {
+			__m256i q = _mm256_loadu_si256((const void *)(qs + 32 * h));
+			__m256i hm = three ? _mm256_loadu_si256((const void *)(b + offsetof(
+							     moe_block_q3_k, hmask)))
+					   : _mm256_setzero_si256();
+			for (int j = 0; j < 4; j++) {
+				__m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2);
+				if (three) {
+					__m256i hb = _mm256_and_si256(
+						_mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi8(1));
+					u = _mm256_add_epi8(u, _mm256_slli_epi16(hb, 2));
+				}
+				int g = 8 * h + 2 * j;
+				__m256i scv = _mm256_setr_m128i(_mm_set1_epi16(sc[g]),
+								_mm_set1_epi16(sc[g + 1]));
+				__m256i xq = _mm256_loadu_si256(
+					(const void *)(y[i].qs + 128 * h + 32 * j));
+				sumi = _mm256_add_epi32(
+					sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), scv));
+			}
+		}
+		float d = h2f(b + (three ? offsetof(moe_block_q3_k, d) : offsetof(moe_block_q2_k, d)));
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d * y[i].d), acc);
+		if (three)
+			sum -= d * y[i].d * (float)off;
+		else
+			sum -= h2f(b + offsetof(moe_block_q2_k, dmin)) * y[i].d * (float)off;
+	}
+	*s = hsum8(acc) + sum;
+}
+
+static void vec_dot_q2_k(int64_t n, float *s, const void *w, const void *x)
+{
+	k23_dot(0, n, s, w, x);
+}
+
+static void vec_dot_q3_k(int64_t n, float *s, const void *w, const void *x)
+{
+	k23_dot(1, n, s, w, x);
+}
+
+/* IQ4_XS: groups of 32 over the IQ4_NL code book with 6-bit scales ls - 32;
+ * group g's 16 code bytes at qs[16g] hold elements 32g + l (low nibbles)
+ * and 32g + 16 + l (high). */
+static void vec_dot_iq4_xs(int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_iq4_xs *b = w;
+	const moe_block_q8_k *y = x;
+	__m256 acc = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
+		__m256i sumi = _mm256_setzero_si256();
+		for (int g = 0; g < 8; g++) {
+			int ls = ((b[i].scales_l[g / 2] >> (4 * (g % 2))) & 0x0F) |
+				 ((b[i].scales_h >> (2 * g)) & 3) << 4;
+			__m256i p = dot_s8(book32(moe_kvalues_iq4nl, b[i].qs + 16 * g),
+					   _mm256_loadu_si256((const void *)(y[i].qs + 32 * g)));
+			sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p, _mm256_set1_epi32(ls - 32)));
+		}
 		float d = _cvtsh_ss(b[i].d) * y[i].d;
 		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
 	}
@@ -387,6 +587,14 @@ void moe_kernels_fill_avx2(moe_kernels *k)
 	k->vec_dot[MOE_Q4_K] = vec_dot_q4_k;
 	k->vec_dot[MOE_Q5_K] = vec_dot_q5_k;
 	k->vec_dot[MOE_Q6_K] = vec_dot_q6_k;
+	k->vec_dot[MOE_Q5_0] = vec_dot_q5_0;
+	k->vec_dot[MOE_Q4_1] = vec_dot_q4_1;
+	k->vec_dot[MOE_Q5_1] = vec_dot_q5_1;
+	k->vec_dot[MOE_IQ4_NL] = vec_dot_iq4_nl;
+	k->vec_dot[MOE_MXFP4] = vec_dot_mxfp4;
+	k->vec_dot[MOE_Q2_K] = vec_dot_q2_k;
+	k->vec_dot[MOE_Q3_K] = vec_dot_q3_k;
+	k->vec_dot[MOE_IQ4_XS] = vec_dot_iq4_xs;
 	k->quantize_row[MOE_Q8_0] = quantize_row_q8_0;
 	k->quantize_row[MOE_Q8_K] = quantize_row_q8_k;
 	k->to_float[MOE_F16] = f16_to_float;
