@@ -20,6 +20,7 @@
 #include "kernels/kernels_int.h"
 
 #define INLINE static inline __attribute__((always_inline))
+#define MOE_UNROLL2 _Pragma("GCC unroll 8")
 
 INLINE uint16_t ld16(const uint8_t *p)
 {
@@ -266,6 +267,21 @@ static void vec_dot_q5_1(int64_t n, float *s, const void *w, const void *x)
 
 /* ---------------------------------------------------------------- K-quants */
 
+/* The K-quant reduction order (batch invariance): each super-block is
+ * reduced to exact integers isum = sum_g sc_g dot_g and msum = sum_g m_g
+ * bsum_g, then every output runs acc = fma(isum, d dy, acc); acc =
+ * fnmadd(msum, dmin dy, acc) from +0, super-block after super-block.  The
+ * dot products below and the tiled GEMM (rows in lanes) both do exactly
+ * this, so a token gets the same bits batched or alone. */
+INLINE __m128 ksb_step(__m128 acc, int32_t isum, int32_t msum, float d, float dmin, float dy)
+{
+	acc = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), isum),
+			   _mm_mul_ss(_mm_set_ss(d), _mm_set_ss(dy)), acc);
+	return _mm_fnmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), msum),
+			     _mm_mul_ss(_mm_set_ss(dmin), _mm_set_ss(dy)), acc);
+}
+
+
 /* Q4_K / Q5_K: per 64 elements j, the low nibbles of qs[32j .. 32j+31] are
  * group 2j and the high nibbles group 2j+1; the integer scales multiply
  * through vpmaddwd and the minimums use the bsums. */
@@ -274,8 +290,7 @@ INLINE void k45_dot(const int five, int64_t n, float *s, const void *w, const vo
 	const moe_block_q8_k *y = x;
 	const size_t bsz = five ? sizeof(moe_block_q5_k) : sizeof(moe_block_q4_k);
 	const __m256i m4 = _mm256_set1_epi8(0x0F);
-	float sum = 0.0f;
-	__m256 acc = _mm256_setzero_ps();
+	__m128 acc = _mm_setzero_ps();
 
 	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
 		const uint8_t *b = (const uint8_t *)w + i * bsz;
@@ -315,11 +330,11 @@ INLINE void k45_dot(const int five, int64_t n, float *s, const void *w, const vo
 		int summ = 0;
 		for (int g = 0; g < 8; g++)
 			summ += m[g] * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
-		float d = _cvtsh_ss(ld16(b)) * y[i].d;
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
-		sum -= _cvtsh_ss(ld16(b + 2)) * y[i].d * (float)summ;
+		/* The reduction order the tiled GEMM shares (see below). */
+		acc = ksb_step(acc, hsum8i(sumi), summ, _cvtsh_ss(ld16(b)), _cvtsh_ss(ld16(b + 2)),
+			       y[i].d);
 	}
-	*s = hsum8(acc) + sum;
+	*s = _mm_cvtss_f32(acc);
 }
 
 static void vec_dot_q4_k(int64_t n, float *s, const void *w, const void *x)
@@ -340,7 +355,7 @@ static void vec_dot_q6_k(int64_t n, float *s, const void *w, const void *x)
 	const moe_block_q6_k *b = w;
 	const moe_block_q8_k *y = x;
 	const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-	__m256 acc = _mm256_setzero_ps();
+	__m128 acc = _mm_setzero_ps();
 
 	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
 		__m256i sumi = _mm256_setzero_si256();
@@ -366,11 +381,9 @@ static void vec_dot_q6_k(int64_t n, float *s, const void *w, const void *x)
 		}
 		for (int g = 0; g < 16; g++)
 			off += b[i].scales[g] * y[i].bsums[g];
-		sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
-		float d = _cvtsh_ss(b[i].d) * y[i].d;
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
+		acc = ksb_step(acc, hsum8i(sumi) - 32 * off, 0, _cvtsh_ss(b[i].d), 0.0f, y[i].d);
 	}
-	*s = hsum8(acc);
+	*s = _mm_cvtss_f32(acc);
 }
 
 /* Q2_K and Q3_K: element 128h + 32j + l (l < 32) is 2-bit field j of
@@ -465,6 +478,247 @@ static void vec_dot_iq4_xs(int64_t n, float *s, const void *w, const void *x)
 	}
 	*s = hsum8(acc);
 }
+
+/* ------------------------------------------------ prefill GEMM, K-quants
+ *
+ * For many tokens (Q4_K, Q5_K, Q6_K), as in avx512.c: the codes of 8 weight
+ * rows are unpacked once into bytes with the rows in the 32-bit lanes,
+ * [k / 4][8 rows][4 bytes], and reused for every token; vpmaddubsw
+ * multiplies four codes of 8 rows with four activation codes of one token
+ * (broadcast) into 16-bit pair sums, which are added up over as many steps
+ * as stay below 2^15 (Q4_K a whole group of 32: 8 * 2 * 15 * 127; Q5_K 16
+ * codes; Q6_K 8) before vpmaddwd applies the group scale in 32 bits.  The
+ * integers are exact, and the float sequence is ksb_step's, lane by lane. */
+
+#define KSB2 8 /* super-blocks per unpacked chunk */
+#define GT2 4  /* tokens per register tile */
+
+typedef struct {
+	uint8_t q[KSB2][64][32];  /* [sb][k/4][row][4] codes */
+	int32_t sc[KSB2][16][8];  /* [sb][group][row] scale in both 16-bit halves */
+	int32_t mm[KSB2][8][8];   /* [sb][j][row]: Q4_K/Q5_K m_j | m_j << 16;
+				   * Q6_K -32 sc_2j | -32 sc_2j+1 << 16 */
+	float d[KSB2][8], dmin[KSB2][8];
+} kq2_pack;
+
+enum { KQ2_Q4_K, KQ2_Q5_K, KQ2_Q6_K };
+
+/* out[j] lane r = in[r] lane j, 8 x 8 32-bit lanes. */
+INLINE void transpose8(__m256i v[8])
+{
+	__m256i t[8], u[8];
+	for (int i = 0; i < 4; i++) {
+		t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+		t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+	}
+	for (int i = 0; i < 2; i++) {
+		u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+		u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+		u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+		u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+	}
+	/* u[4i + c]: 128-bit half L holds column 4L + c of rows 4i..4i+3. */
+	for (int c = 0; c < 4; c++) {
+		v[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
+		v[4 + c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+	}
+}
+
+/* Codes 32c .. 32c+31 of one super-block of a row, in element order. */
+INLINE __m256i kq2_codes(const int kind, const uint8_t *b, int c)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	if (kind == KQ2_Q6_K) {
+		const moe_block_q6_k *q = (const void *)b;
+		const int h = c / 4, k = c % 4;
+		__m256i ql = _mm256_loadu_si256((const void *)(q->ql + 64 * h + 32 * (k % 2)));
+		__m256i qh = _mm256_loadu_si256((const void *)(q->qh + 32 * h));
+		ql = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k / 2)), m4);
+		qh = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3));
+		return _mm256_or_si256(ql, _mm256_slli_epi16(qh, 4));
+	}
+	const int five = kind == KQ2_Q5_K, p = c / 2, hi = c % 2;
+	const size_t qs = five ? offsetof(moe_block_q5_k, qs) : offsetof(moe_block_q4_k, qs);
+	__m256i q = _mm256_loadu_si256((const void *)(b + qs + 32 * p));
+	q = _mm256_and_si256(_mm256_srli_epi16(q, 4 * hi), m4);
+	if (five) {
+		__m256i h = _mm256_loadu_si256((const void *)(b + offsetof(moe_block_q5_k, qh)));
+		h = _mm256_and_si256(_mm256_srli_epi16(h, c), _mm256_set1_epi8(1));
+		q = _mm256_or_si256(q, _mm256_slli_epi16(h, 4));
+	}
+	return q;
+}
+
+static void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ldw, int rows,
+		       int64_t i0, int nsb)
+{
+	const size_t bsz = kind == KQ2_Q6_K ? sizeof(moe_block_q6_k)
+			   : kind == KQ2_Q5_K ? sizeof(moe_block_q5_k)
+					      : sizeof(moe_block_q4_k);
+	for (int sb = 0; sb < nsb; sb++) {
+		__m256i v[8];
+		for (int c = 0; c < 8; c++) {
+			for (int r = 0; r < 8; r++)
+				v[r] = r < rows ? kq2_codes(kind, w + r * ldw + (i0 + sb) * bsz, c)
+						: _mm256_setzero_si256();
+			transpose8(v);
+			for (int j = 0; j < 8; j++)
+				_mm256_store_si256((void *)pk->q[sb][8 * c + j], v[j]);
+		}
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *b = w + r * ldw + (i0 + sb) * bsz;
+			if (r >= rows) {
+				for (int g = 0; g < 16; g++)
+					pk->sc[sb][g][r] = 0;
+				for (int j = 0; j < 8; j++)
+					pk->mm[sb][j][r] = 0;
+				pk->d[sb][r] = pk->dmin[sb][r] = 0.0f;
+				continue;
+			}
+			if (kind == KQ2_Q6_K) {
+				const moe_block_q6_k *q = (const void *)b;
+				for (int g = 0; g < 16; g++)
+					pk->sc[sb][g][r] = (int32_t)((uint32_t)(uint16_t)q->scales[g] *
+								     0x10001u);
+				for (int j = 0; j < 8; j++)
+					pk->mm[sb][j][r] =
+						(int32_t)((uint32_t)(uint16_t)(-32 * q->scales[2 * j]) |
+							  (uint32_t)(uint16_t)(-32 * q->scales[2 * j + 1]) << 16);
+				pk->d[sb][r] = _cvtsh_ss(q->d);
+				pk->dmin[sb][r] = 0.0f;
+			} else {
+				uint32_t u[4];
+				uint8_t sc[8], m[8];
+				moe_k4_unpack_scales(b + 4, u);
+				memcpy(sc, u, 8);
+				memcpy(m, u + 2, 8);
+				for (int g = 0; g < 8; g++) {
+					pk->sc[sb][g][r] = (int32_t)(sc[g] * 0x10001u);
+					pk->mm[sb][g][r] = (int32_t)(m[g] * 0x10001u);
+				}
+				pk->d[sb][r] = h2f(b);
+				pk->dmin[sb][r] = h2f(b + 2);
+			}
+		}
+	}
+}
+
+INLINE __m256i bcast32_2(const uint8_t *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return _mm256_set1_epi32(v);
+}
+
+/* T tokens x 8 rows over nsb unpacked super-blocks; acc[t] lane r is the
+ * running sum of (row r, token t). */
+INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, int64_t i0,
+		     const uint8_t *x, size_t ldx, __m256 acc[GT2])
+{
+	/* Steps of 4 codes per 16-bit partial sum; groups of 32 (16 for Q6_K). */
+	const int U = kind == KQ2_Q4_K ? 8 : kind == KQ2_Q5_K ? 4 : 2;
+	const int ng = kind == KQ2_Q6_K ? 16 : 8, gl = 64 / ng;
+	for (int sb = 0; sb < nsb; sb++) {
+		const moe_block_q8_k *y0 = (const void *)(x + (i0 + sb) * sizeof(moe_block_q8_k));
+		__m256i is[GT2], ms[GT2];
+		MOE_UNROLL2 for (int t = 0; t < T; t++)
+			is[t] = ms[t] = _mm256_setzero_si256();
+		for (int g = 0; g < ng; g++) {
+			const __m256i sc = _mm256_load_si256((const void *)pk->sc[sb][g]);
+			for (int h = 0; h < gl; h += U) {
+				__m256i p[GT2];
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					p[t] = _mm256_setzero_si256();
+				MOE_UNROLL2 for (int j = 0; j < U; j++) {
+					const int k4 = gl * g + h + j;
+					const __m256i wv = _mm256_load_si256((const void *)pk->q[sb][k4]);
+					MOE_UNROLL2 for (int t = 0; t < T; t++) {
+						const uint8_t *y = (const uint8_t *)y0 + t * ldx;
+						p[t] = _mm256_add_epi16(
+							p[t], _mm256_maddubs_epi16(
+								      wv, bcast32_2(y + offsetof(moe_block_q8_k, qs) + 4 * k4)));
+					}
+				}
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p[t], sc));
+			}
+		}
+		for (int j = 0; j < 8; j++) {
+			const __m256i mm = _mm256_load_si256((const void *)pk->mm[sb][j]);
+			MOE_UNROLL2 for (int t = 0; t < T; t++) {
+				const uint8_t *y = (const uint8_t *)y0 + t * ldx;
+				__m256i bs = bcast32_2(y + offsetof(moe_block_q8_k, bsums) + 4 * j);
+				if (kind == KQ2_Q6_K) /* the -32 offsets belong to isum */
+					is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(mm, bs));
+				else
+					ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mm, bs));
+			}
+		}
+		const __m256 d = _mm256_load_ps(pk->d[sb]), dmin = _mm256_load_ps(pk->dmin[sb]);
+		MOE_UNROLL2 for (int t = 0; t < T; t++) {
+			const moe_block_q8_k *y = (const void *)((const uint8_t *)y0 + t * ldx);
+			__m256 dy = _mm256_set1_ps(y->d);
+			acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(d, dy), acc[t]);
+			acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms[t]), _mm256_mul_ps(dmin, dy),
+						  acc[t]);
+		}
+	}
+}
+
+INLINE void kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, size_t ldw,
+		     const void *xp, size_t ldx, float *s, size_t lds)
+{
+	const uint8_t *w = wp, *x = xp;
+	const int64_t nb = n / MOE_QK_K;
+	kq2_pack pk __attribute__((aligned(32)));
+
+	for (int r0 = 0; r0 < nr; r0 += 8) {
+		const int rows = nr - r0 < 8 ? nr - r0 : 8;
+		const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows),
+						     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+		for (int64_t i0 = 0; i0 < nb; i0 += KSB2) {
+			const int nsb = nb - i0 < KSB2 ? (int)(nb - i0) : KSB2;
+			kq2_unpack(kind, &pk, w + (size_t)r0 * ldw, ldw, rows, i0, nsb);
+			for (int t0 = 0; t0 < nt; t0 += GT2) {
+				const int T = nt - t0 < GT2 ? nt - t0 : GT2;
+				float *st = s + (size_t)t0 * lds + r0;
+				const uint8_t *xt = x + (size_t)t0 * ldx;
+				__m256 acc[GT2];
+				for (int t = 0; t < T; t++)
+					acc[t] = i0 ? _mm256_maskload_ps(st + t * lds, m)
+						    : _mm256_setzero_ps();
+				switch (T) {
+				case 1: kq2_tile(kind, 1, &pk, nsb, i0, xt, ldx, acc); break;
+				case 2: kq2_tile(kind, 2, &pk, nsb, i0, xt, ldx, acc); break;
+				case 3: kq2_tile(kind, 3, &pk, nsb, i0, xt, ldx, acc); break;
+				default: kq2_tile(kind, 4, &pk, nsb, i0, xt, ldx, acc); break;
+				}
+				for (int t = 0; t < T; t++)
+					_mm256_maskstore_ps(st + t * lds, m, acc[t]);
+			}
+		}
+	}
+}
+
+/* Below this many tokens the dot products (same bits, no unpacking). */
+#define KQ2_MIN_TOKENS 4
+
+#define MOE_KQ2_GEMM(name, kind)                                                               \
+	static void name##_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw,          \
+				const void *x, size_t ldx, float *s, size_t lds)               \
+	{                                                                                      \
+		if (nt >= KQ2_MIN_TOKENS) {                                                    \
+			kq2_gemm(kind, n, nr, nt, w, ldw, x, ldx, s, lds);                     \
+			return;                                                                \
+		}                                                                              \
+		for (int t = 0; t < nt; t++)                                                   \
+			for (int r = 0; r < nr; r++)                                           \
+				vec_dot_##name(n, s + t * lds + r, (const uint8_t *)w + r * ldw,   \
+					       (const uint8_t *)x + t * ldx);                      \
+	}
+MOE_KQ2_GEMM(q4_k, KQ2_Q4_K)
+MOE_KQ2_GEMM(q5_k, KQ2_Q5_K)
+MOE_KQ2_GEMM(q6_k, KQ2_Q6_K)
 
 /* ------------------------------------------------------------ quantisers */
 
@@ -595,6 +849,9 @@ void moe_kernels_fill_avx2(moe_kernels *k)
 	k->vec_dot[MOE_Q2_K] = vec_dot_q2_k;
 	k->vec_dot[MOE_Q3_K] = vec_dot_q3_k;
 	k->vec_dot[MOE_IQ4_XS] = vec_dot_iq4_xs;
+	k->gemm[MOE_Q4_K] = q4_k_gemm;
+	k->gemm[MOE_Q5_K] = q5_k_gemm;
+	k->gemm[MOE_Q6_K] = q6_k_gemm;
 	k->quantize_row[MOE_Q8_0] = quantize_row_q8_0;
 	k->quantize_row[MOE_Q8_K] = quantize_row_q8_k;
 	k->to_float[MOE_F16] = f16_to_float;
