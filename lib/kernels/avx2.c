@@ -116,20 +116,11 @@ static void vec_dot_bf16(int64_t n, float *s, const void *w, const void *x)
 
 /* ------------------------------------------------------------ Q8_0, Q4_0 */
 
-static void vec_dot_q8_0(int64_t n, float *s, const void *w, const void *x)
+/* sum w_j x_j per 32-bit lane for signed w (|w| <= 127): |w| unsigned and
+ * the sign moved onto x keep the pairs within 16 bits. */
+INLINE __m256i dot_s8(__m256i w, __m256i x)
 {
-	const moe_block_q8_0 *b = w;
-	const moe_block_q8_0 *y = x;
-	__m256 acc = _mm256_setzero_ps();
-
-	for (int64_t i = 0; i < n / MOE_QK; i++) {
-		__m256i qw = _mm256_loadu_si256((const void *)b[i].qs);
-		__m256i qx = _mm256_loadu_si256((const void *)y[i].qs);
-		__m256i p = dot_u8s8(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
-		float d = _cvtsh_ss(b[i].d) * _cvtsh_ss(y[i].d);
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
-	}
-	*s = hsum8(acc);
+	return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 
 /* Nibbles of a Q4_0/IQ4_NL-style block in element order: lo 0-15, hi 16-31. */
@@ -140,33 +131,88 @@ INLINE __m256i nibbles32(const uint8_t *qs)
 	return _mm256_and_si256(z, _mm256_set1_epi8(0x0F));
 }
 
-/* sum((q - 8) * y) = sum(q * y) - 8 * sum(y). */
+/* Q8_0 and Q4_0: the reduction order (batch invariance).  Each block b
+ * gives an exact integer S_b = sum w_j x_j; every output keeps 8 float
+ * partial sums, lane j taking the blocks b with b % 8 == j in order,
+ *     P_j = fma(S_b, dw_b * dx_b, P_j),
+ * and the result is hsum8 of them.  The dot products here get S_b for 8
+ * blocks at once with horizontal adds; the tiled GEMM below keeps the 8
+ * partials of each output in memory. */
+
+/* Lane j: the sum of the lanes of p[j]. */
+INLINE __m256i sum8_blocks(const __m256i p[8])
+{
+	__m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+	__m256i h2 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+	return _mm256_add_epi32(_mm256_permute2x128_si256(h1, h2, 0x20),
+				_mm256_permute2x128_si256(h1, h2, 0x31));
+}
+
+/* The f16 scales at offset 0 of nv (<= 8) blocks of bs bytes from p; the
+ * other lanes zero. */
+INLINE __m256 scales8(const uint8_t *p, size_t bs, int nv)
+{
+	if (nv == 8) {
+		const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+						       _mm256_set1_epi32((int)bs));
+		__m256i g = _mm256_i32gather_epi32((const int *)p, idx, 1);
+		g = _mm256_and_si256(g, _mm256_set1_epi32(0xFFFF));
+		__m128i h = _mm_packus_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
+		return _mm256_cvtph_ps(h);
+	}
+	uint16_t h[8] = {0};
+	for (int j = 0; j < nv; j++)
+		h[j] = ld16(p + j * bs);
+	return _mm256_cvtph_ps(_mm_loadu_si128((const void *)h));
+}
+
+/* The signed values of a Q8_0 or Q4_0 (q - 8) block in element order. */
+INLINE __m256i b32x_values(const int q4, const uint8_t *b)
+{
+	if (!q4)
+		return _mm256_loadu_si256((const void *)(b + offsetof(moe_block_q8_0, qs)));
+	return _mm256_sub_epi8(nibbles32(b + offsetof(moe_block_q4_0, qs)), _mm256_set1_epi8(8));
+}
+
+INLINE void b32x_dot(const int q4, int64_t n, float *s, const void *w, const void *x)
+{
+	const size_t bs = q4 ? sizeof(moe_block_q4_0) : sizeof(moe_block_q8_0);
+	const uint8_t *pw = w, *px = x;
+	const int64_t nb = n / MOE_QK;
+	__m256 P = _mm256_setzero_ps();
+
+	for (int64_t g0 = 0; g0 < nb; g0 += 8) {
+		const int nv = nb - g0 < 8 ? (int)(nb - g0) : 8;
+		__m256i p[8];
+		if (nv == 8) {
+			MOE_UNROLL2 for (int j = 0; j < 8; j++)
+				p[j] = dot_s8(b32x_values(q4, pw + (g0 + j) * bs),
+					      _mm256_loadu_si256((const void *)(px + (g0 + j) * 34 + 2)));
+		} else {
+			for (int j = 0; j < 8; j++)
+				p[j] = j < nv ? dot_s8(b32x_values(q4, pw + (g0 + j) * bs),
+						       _mm256_loadu_si256(
+							       (const void *)(px + (g0 + j) * 34 + 2)))
+					      : _mm256_setzero_si256();
+		}
+		__m256 d = _mm256_mul_ps(scales8(pw + g0 * bs, bs, nv), scales8(px + g0 * 34, 34, nv));
+		P = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8_blocks(p)), d, P);
+	}
+	*s = hsum8(P);
+}
+
+static void vec_dot_q8_0(int64_t n, float *s, const void *w, const void *x)
+{
+	b32x_dot(0, n, s, w, x);
+}
+
 static void vec_dot_q4_0(int64_t n, float *s, const void *w, const void *x)
 {
-	const moe_block_q4_0 *b = w;
-	const moe_block_q8_0 *y = x;
-	__m256 acc = _mm256_setzero_ps();
-
-	for (int64_t i = 0; i < n / MOE_QK; i++) {
-		__m256i q = nibbles32(b[i].qs);
-		__m256i qx = _mm256_loadu_si256((const void *)y[i].qs);
-		__m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, qx),
-					     _mm256_maddubs_epi16(_mm256_set1_epi8(8), qx));
-		p = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-		float d = _cvtsh_ss(b[i].d) * _cvtsh_ss(y[i].d);
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
-	}
-	*s = hsum8(acc);
+	b32x_dot(1, n, s, w, x);
 }
 
 /* ------------------------------------- the other 32-element block types */
 
-/* sum w_j x_j per 32-bit lane for signed w (|w| <= 127): |w| unsigned and
- * the sign moved onto x keep the pairs within 16 bits. */
-INLINE __m256i dot_s8(__m256i w, __m256i x)
-{
-	return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-}
 
 /* The fifth bits of a Q5_0/Q5_1 block (bit j of qh: element j) as 0x10 in
  * each byte whose bit is set. */
@@ -720,6 +766,110 @@ MOE_KQ2_GEMM(q4_k, KQ2_Q4_K)
 MOE_KQ2_GEMM(q5_k, KQ2_Q5_K)
 MOE_KQ2_GEMM(q6_k, KQ2_Q6_K)
 
+/* The tiled GEMM for Q8_0 and Q4_0: 8 rows' values unpacked once as |w|
+ * and w, [block][k / 4][8 rows][4 bytes], reused for every token; the sign
+ * of w moves onto the broadcast activation codes (vpsignb), so vpmaddubsw's
+ * pairs stay within 16 bits. */
+#define GT3 4
+
+INLINE void b32x_unpack(const int q4, uint8_t *wa, uint8_t *ws, float *wd, const uint8_t *w,
+			size_t ldw, int rows, int64_t nb)
+{
+	const size_t bs = q4 ? sizeof(moe_block_q4_0) : sizeof(moe_block_q8_0);
+	for (int64_t i = 0; i < nb; i++) {
+		__m256i v[8];
+		for (int r = 0; r < 8; r++)
+			v[r] = r < rows ? b32x_values(q4, w + r * ldw + i * bs) : _mm256_setzero_si256();
+		transpose8(v);
+		for (int j = 0; j < 8; j++) {
+			_mm256_store_si256((void *)(ws + (i * 8 + j) * 32), v[j]);
+			_mm256_store_si256((void *)(wa + (i * 8 + j) * 32), _mm256_sign_epi8(v[j], v[j]));
+		}
+		for (int r = 0; r < 8; r++)
+			wd[i * 8 + r] = r < rows ? h2f(w + r * ldw + i * bs) : 0.0f;
+	}
+}
+
+INLINE void b32x_tile(const int T, const uint8_t *wa, const uint8_t *ws, const float *wd,
+		      int64_t nb, const uint8_t *x, size_t ldx, float *s, size_t lds, __m256i m)
+{
+	__m256 P[GT3][8];
+	for (int t = 0; t < T; t++)
+		for (int j = 0; j < 8; j++)
+			P[t][j] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < nb; i++) {
+		const int j = (int)(i & 7);
+		__m256i u[GT3];
+		MOE_UNROLL2 for (int t = 0; t < T; t++)
+			u[t] = _mm256_setzero_si256();
+		MOE_UNROLL2 for (int k4 = 0; k4 < 8; k4++) {
+			const __m256i a = _mm256_load_si256((const void *)(wa + (i * 8 + k4) * 32));
+			const __m256i sg = _mm256_load_si256((const void *)(ws + (i * 8 + k4) * 32));
+			MOE_UNROLL2 for (int t = 0; t < T; t++) {
+				__m256i xv = bcast32_2(x + t * ldx + i * 34 + 2 + 4 * k4);
+				u[t] = _mm256_add_epi32(u[t], dot_u8s8(a, _mm256_sign_epi8(xv, sg)));
+			}
+		}
+		const __m256 d = _mm256_load_ps(wd + i * 8);
+		MOE_UNROLL2 for (int t = 0; t < T; t++) {
+			__m256 dx = _mm256_set1_ps(h2f(x + t * ldx + i * 34));
+			P[t][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[t]), _mm256_mul_ps(d, dx), P[t][j]);
+		}
+	}
+	/* hsum8's order across the partials. */
+	for (int t = 0; t < T; t++) {
+		__m256 a0 = _mm256_add_ps(P[t][0], P[t][4]), a1 = _mm256_add_ps(P[t][1], P[t][5]);
+		__m256 a2 = _mm256_add_ps(P[t][2], P[t][6]), a3 = _mm256_add_ps(P[t][3], P[t][7]);
+		__m256 b0 = _mm256_add_ps(a0, a2), b1 = _mm256_add_ps(a1, a3);
+		_mm256_maskstore_ps(s + t * lds, m, _mm256_add_ps(b0, b1));
+	}
+}
+
+/* false (nothing done) when no work buffer could be had. */
+INLINE bool b32x_gemm(const int q4, int64_t n, int nr, int nt, const uint8_t *w, size_t ldw,
+		      const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const int64_t nb = n / MOE_QK;
+	uint8_t *buf = moe_kernels_work_buffer(2 * 8 * (size_t)n + 32 * (size_t)nb);
+	if (!buf)
+		return false;
+	uint8_t *wa = buf, *ws = buf + 8 * n;
+	float *wd = (float *)(buf + 16 * n);
+	for (int r0 = 0; r0 < nr; r0 += 8) {
+		const int rows = nr - r0 < 8 ? nr - r0 : 8;
+		const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows),
+						     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+		b32x_unpack(q4, wa, ws, wd, w + (size_t)r0 * ldw, ldw, rows, nb);
+		for (int t0 = 0; t0 < nt; t0 += GT3) {
+			const int T = nt - t0 < GT3 ? nt - t0 : GT3;
+			const uint8_t *xt = x + (size_t)t0 * ldx;
+			float *st = s + (size_t)t0 * lds + r0;
+			switch (T) {
+			case 1: b32x_tile(1, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
+			case 2: b32x_tile(2, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
+			case 3: b32x_tile(3, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
+			default: b32x_tile(4, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
+			}
+		}
+	}
+	return true;
+}
+
+#define MOE_B32X_GEMM(name, q4)                                                                \
+	static void name##_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw,          \
+				const void *x, size_t ldx, float *s, size_t lds)               \
+	{                                                                                      \
+		if (nt >= 4 && b32x_gemm(q4, n, nr, nt, w, ldw, x, ldx, s, lds))               \
+			return;                                                                \
+		for (int t = 0; t < nt; t++)                                                   \
+			for (int r = 0; r < nr; r++)                                           \
+				vec_dot_##name(n, s + t * lds + r, (const uint8_t *)w + r * ldw,   \
+					       (const uint8_t *)x + t * ldx);                      \
+	}
+
+MOE_B32X_GEMM(q8_0, 0)
+MOE_B32X_GEMM(q4_0, 1)
+
 /* ------------------------------------------------------------ quantisers */
 
 INLINE __m256 abs8(__m256 v)
@@ -852,6 +1002,8 @@ void moe_kernels_fill_avx2(moe_kernels *k)
 	k->gemm[MOE_Q4_K] = q4_k_gemm;
 	k->gemm[MOE_Q5_K] = q5_k_gemm;
 	k->gemm[MOE_Q6_K] = q6_k_gemm;
+	k->gemm[MOE_Q8_0] = q8_0_gemm;
+	k->gemm[MOE_Q4_0] = q4_0_gemm;
 	k->quantize_row[MOE_Q8_0] = quantize_row_q8_0;
 	k->quantize_row[MOE_Q8_K] = quantize_row_q8_k;
 	k->to_float[MOE_F16] = f16_to_float;

@@ -23,8 +23,6 @@
  * it and accumulates in 32 bits, so the float work is once per super-block.
  */
 #include <immintrin.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels_int.h"
@@ -1319,42 +1317,8 @@ static void q6_k_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw, 
  * Every output keeps the 16 partial sums of the decode tiles (block b into
  * partial b % 16) and adds them up in the same tree, so batched and single
  * results are the same bits.  The working buffers grow with the row length,
- * so they live in a per-thread heap buffer; if it cannot be allocated the
+ * so they live in moe_kernels_work_buffer; if it cannot be allocated the
  * decode tiles do the work (same results, slower). */
-
-static pthread_key_t work_key;
-static pthread_once_t work_once = PTHREAD_ONCE_INIT;
-
-static void work_key_make(void)
-{
-	if (pthread_key_create(&work_key, free) != 0)
-		work_key = (pthread_key_t)-1;
-}
-
-/* A 64-byte aligned per-thread buffer of at least `size` bytes, or NULL. */
-static void *work_buffer(size_t size)
-{
-	struct wb { size_t cap; } *h;
-	pthread_once(&work_once, work_key_make);
-	if (work_key == (pthread_key_t)-1)
-		return NULL;
-	h = pthread_getspecific(work_key);
-	if (!h || h->cap < size) {
-		if (size > SIZE_MAX - 64)
-			return NULL;
-		void *p = aligned_alloc(64, (size + 64 + 63) / 64 * 64);
-		if (!p)
-			return NULL;
-		free(h);
-		h = p;
-		h->cap = size;
-		if (pthread_setspecific(work_key, h) != 0) {
-			free(h);
-			return NULL;
-		}
-	}
-	return (uint8_t *)h + 64;
-}
 
 #define B32_TS 128 /* tokens whose activations are prepared at once */
 
@@ -1515,7 +1479,7 @@ INLINE bool b32_rows_gemm(const int kind, int64_t n, int nr, int nt, const uint8
 	 * 64 bytes when laid out in this order, n being a multiple of 32). */
 	const size_t need = 16 * (size_t)n + 192 * (size_t)nb + (size_t)ts * (size_t)n +
 			    8 * (size_t)ts * (size_t)nb + 128;
-	uint8_t *buf = work_buffer(need);
+	uint8_t *buf = moe_kernels_work_buffer(need);
 	if (!buf)
 		return false;
 	b32_work k = {0};

@@ -8,6 +8,7 @@
  */
 #include <config.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "kernels/kernels_int.h"
 
@@ -84,4 +85,39 @@ int moe_kernels_check(const moe_kernels *k, int dtype, int64_t cols, moe_error *
 			       "%s weights: %lld columns do not fit the activation type %s",
 			       t->name, (long long)cols, moe_type_name(t->vec_dot_type));
 	return 0;
+}
+
+/* The per-thread work buffer of the tiled kernels: a block of memory kept
+ * by a pthread key (freed when the thread ends), grown on demand. */
+static pthread_key_t work_key;
+static bool work_key_ok;
+static pthread_once_t work_once = PTHREAD_ONCE_INIT;
+
+static void work_key_make(void)
+{
+	work_key_ok = pthread_key_create(&work_key, free) == 0;
+}
+
+void *moe_kernels_work_buffer(size_t size)
+{
+	struct header {
+		size_t cap;
+	} *h;
+	pthread_once(&work_once, work_key_make);
+	if (!work_key_ok || size > SIZE_MAX - 128)
+		return NULL;
+	h = pthread_getspecific(work_key);
+	if (!h || h->cap < size) {
+		void *p = aligned_alloc(64, (size + 64 + 63) / 64 * 64);
+		if (!p)
+			return NULL;
+		if (pthread_setspecific(work_key, p) != 0) {
+			free(p);
+			return NULL;
+		}
+		free(h);
+		h = p;
+		h->cap = size;
+	}
+	return (uint8_t *)h + 64;
 }
