@@ -729,7 +729,24 @@ static void k45_unpack(const int five, kq_pack *pk, const uint8_t *w, size_t ldw
 
 	for (int sb = 0; sb < nsb; sb++) {
 		__m512i v[16];
-		for (int p = 0; p < 4; p++) {
+		/* Q4_K: transpose the packed bytes (dword j of qs[64h ..] holds
+		 * elements 64p + 4(j % 8) .. +3 in its low nibbles and 32 more in
+		 * its high ones, p = 2h + j / 8), then split the nibbles: half the
+		 * shuffles of transposing the codes. */
+		for (int h = 0; !five && h < 2; h++) {
+			for (int r = 0; r < 16; r++)
+				v[r] = r < rows ? _mm512_loadu_si512(w + r * ldw + (i0 + sb) * bsz +
+								     qs_off + 64 * h)
+						: zero_i();
+			transpose16(v);
+			for (int j = 0; j < 16; j++) {
+				const int k4 = 16 * (2 * h + j / 8) + j % 8;
+				_mm512_store_si512(pk->q[sb][k4], _mm512_and_si512(v[j], m4));
+				_mm512_store_si512(pk->q[sb][k4 + 8],
+						   _mm512_and_si512(_mm512_srli_epi16(v[j], 4), m4));
+			}
+		}
+		for (int p = 0; five && p < 4; p++) {
 			for (int r = 0; r < 16; r++) {
 				if (r >= rows) {
 					v[r] = zero_i();
