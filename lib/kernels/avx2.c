@@ -4,8 +4,11 @@
  * decoders.
  *
  * Compiled with $(AVX2_CFLAGS); kernels.c calls moe_kernels_fill_avx2 only
- * on a CPU that has these instructions.  These are single-row dot products
- * (matmul loops over them); the register-tiled products are in avx512.c.
+ * on a CPU that has these instructions.  Dot products for every type, and
+ * for Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0 a tiled GEMM (rows in the lanes, the
+ * weights unpacked once for many tokens) that gives the same bits as the
+ * dot products (the reduction orders are described with each); the other
+ * types' products loop over the dot products.
  *
  * Without VNNI the 8-bit products use vpmaddubsw (u8 x s8 -> pairs summed to
  * s16, saturating) then vpmaddwd (s16 x s16 -> pairs summed to s32).  The

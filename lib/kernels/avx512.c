@@ -1,26 +1,35 @@
-/* kernels/avx512.c — AVX-512 kernels (F, BW, VL, VNNI): register-tiled
- * products for every weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
- * Q5_1, IQ4_NL, MXFP4, Q2_K .. Q6_K, IQ4_XS), the Q8_0, Q8_1 and Q8_K
- * activation quantisers and the F16/BF16 row decoders.
+/* kernels/avx512.c — AVX-512 kernels (F, BW, VL, VNNI): products for every
+ * weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
+ * Q2_K .. Q6_K, IQ4_XS), the Q8_0, Q8_1 and Q8_K activation quantisers and
+ * the F16/BF16 row decoders.
  *
  * Compiled with $(AVX512_CFLAGS); kernels.c calls moe_kernels_fill_avx512
- * only on a CPU that has these instructions.
+ * only on a CPU that has every one of these features.
  *
- * Every product is written once as a tile of R weight rows x T tokens
- * (xxx_tile, always inlined with constant R and T): each weight block is
- * decoded once per tile and each activation block loaded once per tile, and
- * the R x T partial sums stay in registers.  Lanes run along the columns
- * (k), so each tile ends with a horizontal sum per (row, token).  MOE_GEMM
- * instantiates the tile shapes: the main TR x TT tile, 1 x TT for leftover
- * rows, DR x 1 for single tokens (decode) and 1 x 1 (vec_dot).
+ * Two kinds of product, which give the same bits (batch invariance):
+ *
+ * - Tiles with the lanes along k (xxx_tile, always inlined with constant R
+ *   rows and T tokens; MOE_GEMM instantiates the shapes, 1 x 1 being the
+ *   vec_dot).  They read the weights directly, so they are the decode path
+ *   and the fallback for few tokens.
+ * - For many tokens (Q2_K/Q3_K/IQ4_XS excepted), a GEMM with the rows in the
+ *   lanes: 16 weight rows are unpacked once into signed or unsigned bytes,
+ *   interleaved [k / 4][16 rows][4 bytes], and each vpdpbusd multiplies four
+ *   codes of 16 rows with four activation codes of one token (broadcast).
+ *
+ * Both reduce each block or super-block to exact integers before any float
+ * work and then run the same float sequence per output (described at "the
+ * K-quant reduction order" and at the 32-element blocks); F32/F16/BF16 and
+ * the three K-quants without a GEMM keep 16 float lanes per output in every
+ * tile shape.
  *
  * Integer dot products use vpdpbusd (u8 x s8 -> s32 in groups of four).
  * Its first operand must be unsigned, which fixes how each type is set up:
  * 4/5/6-bit codes are unsigned already, their offsets (-8, -32) and minimums
- * go through activation sums; for Q8_0 x Q8_0 the activations are biased by
- * +128 and the bias removed with the weight sums.  Where a group's integer
- * scale applies, vpdpwssd multiplies the group sums (which fit 16 bits) by
- * it and accumulates in 32 bits, so the float work is once per super-block.
+ * go through activation sums; signed values (Q8_0, code books) meet
+ * activations biased by +128 and the bias is removed with the weight sums.
+ * Where a group's integer scale applies, vpdpwssd multiplies the group sums
+ * (when they fit 16 bits) by it and accumulates in 32 bits.
  */
 #include <immintrin.h>
 #include <string.h>

@@ -297,7 +297,7 @@ static void gemm_case(const moe_kernels *k, int dt)
 	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
 	const moe_type_traits *t = moe_type_get(dt);
 	const int at = t->vec_dot_type, maxr = 11, maxt = 10;
-	const int64_t n = t->block_size == MOE_QK_K ? 512 : t->block_size == 1 ? 150 : 160;
+	const int64_t n = t->block_size == MOE_QK_K ? 2304 : t->block_size == 1 ? 150 : 1120;
 	/* Odd strides: weights may sit anywhere; float activations are floats. */
 	const size_t wb = nbytes(dt, n) + 7, xb = nbytes(at, n) + (at == MOE_F32 ? 4 : 3);
 	const size_t lds = maxr + 2;
@@ -320,6 +320,13 @@ static void gemm_case(const moe_kernels *k, int dt)
 			ref_dot(dt, w + r * wb, xq + i * xb, n, &scale[i * maxr + r]);
 		}
 	}
+	/* The table's own vec_dot: the tiled kernel must give the same bits
+	 * (batch invariance, whatever the tile shape). */
+	float *own = malloc(sizeof(float) * maxr * maxt);
+	int differ = 0;
+	for (int i = 0; i < maxt; i++)
+		for (int r = 0; r < maxr; r++)
+			k->vec_dot[dt](n, &own[i * maxr + r], w + r * wb, xq + i * xb);
 	for (int nr = 0; nr <= maxr; nr++) {
 		for (int nt = 0; nt <= maxt; nt++) {
 			for (size_t i = 0; i < lds * maxt; i++)
@@ -332,6 +339,7 @@ static void gemm_case(const moe_kernels *k, int dt)
 						outside += got != -12345.0f;
 						continue;
 					}
+					differ += memcmp(&got, &own[i * maxr + r], sizeof got) != 0;
 					char what[96];
 					snprintf(what, sizeof(what), "%s %s nr=%d nt=%d r=%d t=%d",
 						 moe_isa_name(k->isa), t->name, nr, nt, r, i);
@@ -345,6 +353,9 @@ static void gemm_case(const moe_kernels *k, int dt)
 	   "%s: %s gemm matches generic vec_dot for every tile shape (%d values, worst %.2g, "
 	   "%d written outside)",
 	   t->name, moe_isa_name(k->isa), tl.cases, tl.worst, outside);
+	ok(differ == 0, "%s: %s gemm equals its own vec_dot bit for bit (%d differ)", t->name,
+	   moe_isa_name(k->isa), differ);
+	free(own);
 	free(w);
 	free(xq);
 	free(x);
