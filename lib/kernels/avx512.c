@@ -630,28 +630,34 @@ INLINE void k45_tile(const int five, const int R, const int T, int64_t n, const 
 		/* Lanes 0-7: the group sums folded in pairs (still sc-scaled
 		 * integers); lanes 8-15: m_g * (bsum_2g + bsum_2g+1). */
 		__m512i c[24];
-		float dd[24], dmn[24], dyv[24];
 		MOE_UNROLL for (int r = 0; r < R; r++) {
-			const uint8_t *b = w + r * ldw + i * bsz;
 			MOE_UNROLL for (int t = 0; t < T; t++) {
 				const uint8_t *y = x + t * ldx + i * Q8K_SIZE;
 				__m512i lo = _mm512_maskz_add_epi32(
 					0x00FF, ai[r][t], _mm512_shuffle_i64x2(ai[r][t], ai[r][t], 0x4E));
 				c[r * T + t] = _mm512_dpwssd_epi32(lo, scm[r], q8k_group_sums(y));
-				dd[r * T + t] = h2f(b);
-				dmn[r * T + t] = h2f(b + 2);
-				dyv[r * T + t] = ldf32(y + Q8K_D);
 			}
 		}
-		MOE_UNROLL for (int o = R * T; o < (R * T + 3) / 4 * 4; o++) {
+		MOE_UNROLL for (int o = R * T; o < (R * T + 3) / 4 * 4; o++)
 			c[o] = zero_i();
-			dd[o] = dmn[o] = dyv[o] = 0.0f;
-		}
 		MOE_UNROLL for (int g = 0; g < (R * T + 3) / 4; g++) {
+			/* d | dmin of each output's row, dy of its token, built in
+			 * registers (o = r * T + t; padding outputs get zeros). */
+#define K_DM(o) ((o) < R * T ? (int)ldf32_bits(w + ((o) / T) * ldw + i * bsz) : 0)
+#define K_DY(o) ((o) < R * T ? ldf32(x + ((o) % T) * ldx + i * Q8K_SIZE + Q8K_D) : 0.0f)
+			__m256 f = _mm256_cvtph_ps(
+				_mm_setr_epi32(K_DM(4 * g), K_DM(4 * g + 1), K_DM(4 * g + 2), K_DM(4 * g + 3)));
+			__m128 lo = _mm256_castps256_ps128(f), hi = _mm256_extractf128_ps(f, 1);
+			__m128 dy = T == 1 && R * T >= 4 * g + 4
+					    ? _mm_set1_ps(K_DY(0))
+					    : _mm_setr_ps(K_DY(4 * g), K_DY(4 * g + 1), K_DY(4 * g + 2),
+							  K_DY(4 * g + 3));
+#undef K_DM
+#undef K_DY
 			__m128i is, ms;
 			reduce4(c[4 * g], c[4 * g + 1], c[4 * g + 2], c[4 * g + 3], &is, &ms);
-			acc4[g] = ksb_finish4(acc4[g], is, ms, _mm_loadu_ps(dd + 4 * g),
-					      _mm_loadu_ps(dmn + 4 * g), _mm_loadu_ps(dyv + 4 * g));
+			acc4[g] = ksb_finish4(acc4[g], is, ms, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)),
+					      _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)), dy);
 		}
 	}
 	MOE_UNROLL for (int r = 0; r < R; r++)
@@ -1128,25 +1134,27 @@ INLINE void q6_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 		/* isum = sum_g sc_g * (dot_g - 32 bsum_g), exact; then the
 		 * float sequence acc = fma(float(isum), d * dy, acc). */
 		__m512i c[24];
-		float dd[24], dyv[24];
-		MOE_UNROLL for (int r = 0; r < R; r++) {
-			const moe_block_q6_k *b = (const void *)(w + r * ldw + i * sizeof(*b));
-			MOE_UNROLL for (int t = 0; t < T; t++) {
+		MOE_UNROLL for (int r = 0; r < R; r++)
+			MOE_UNROLL for (int t = 0; t < T; t++)
 				c[r * T + t] = ai[r][t];
-				dd[r * T + t] = _cvtsh_ss(ld16((const uint8_t *)&b->d));
-				dyv[r * T + t] = ldf32(x + t * ldx + i * Q8K_SIZE + Q8K_D);
-			}
-		}
-		MOE_UNROLL for (int o = R * T; o < (R * T + 3) / 4 * 4; o++) {
+		MOE_UNROLL for (int o = R * T; o < (R * T + 3) / 4 * 4; o++)
 			c[o] = zero_i();
-			dd[o] = dyv[o] = 0.0f;
-		}
 		MOE_UNROLL for (int g = 0; g < (R * T + 3) / 4; g++) {
+#define K_D(o) ((o) < R * T ? (short)ld16(w + ((o) / T) * ldw + i * sizeof(moe_block_q6_k) + \
+					      offsetof(moe_block_q6_k, d))                      \
+			     : (short)0)
+#define K_DY(o) ((o) < R * T ? ldf32(x + ((o) % T) * ldx + i * Q8K_SIZE + Q8K_D) : 0.0f)
+			__m128 d = _mm_cvtph_ps(_mm_setr_epi16(K_D(4 * g), K_D(4 * g + 1), K_D(4 * g + 2),
+							       K_D(4 * g + 3), 0, 0, 0, 0));
+			__m128 dy = T == 1 && R * T >= 4 * g + 4
+					    ? _mm_set1_ps(K_DY(0))
+					    : _mm_setr_ps(K_DY(4 * g), K_DY(4 * g + 1), K_DY(4 * g + 2),
+							  K_DY(4 * g + 3));
+#undef K_D
+#undef K_DY
 			__m128i is, ms;
 			reduce4(c[4 * g], c[4 * g + 1], c[4 * g + 2], c[4 * g + 3], &is, &ms);
-			acc4[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_add_epi32(is, ms)),
-					       _mm_mul_ps(_mm_loadu_ps(dd + 4 * g),
-							  _mm_loadu_ps(dyv + 4 * g)),
+			acc4[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_add_epi32(is, ms)), _mm_mul_ps(d, dy),
 					       acc4[g]);
 		}
 	}
