@@ -151,7 +151,8 @@ enum {
 /* Instruction-set levels the kernels are built for, lowest first. */
 typedef enum { MOE_ISA_GENERIC = 0, MOE_ISA_AVX2 = 1, MOE_ISA_AVX512 = 2 } moe_isa;
 
-/* Features of this CPU (cpuid + OS support via xgetbv), cached. */
+/* Features of this CPU (cpuid + OS support via xgetbv) minus those named
+ * in MOE_CPU_DISABLE, cached. */
 unsigned moe_cpu_features(void);
 /* The ISA level to use: the best the CPU supports, lowered by the
  * environment variable MOE_ISA=generic|avx2|avx512 (a request above what the
@@ -160,8 +161,27 @@ moe_isa moe_cpu_isa(void);
 const char *moe_isa_name(moe_isa isa);
 /* Space-separated feature names, e.g. "avx2 fma f16c avx512f". */
 void moe_cpu_feature_string(unsigned features, char *buf, size_t n);
-/* Forget the cached ISA (tests switching MOE_ISA). */
+/* Forget the cached ISA and features (tests switching MOE_ISA or
+ * MOE_CPU_DISABLE). */
 void moe_cpu_reset_cache(void);
+
+/* One kernel level: the CPU features its kernel file is compiled for (all
+ * must be present to use it) and the level below it (-1 for generic). */
+typedef struct moe_isa_info {
+	moe_isa isa;
+	const char *name;  /* as MOE_ISA spells it */
+	unsigned features; /* MOE_CPU_* bits, all required */
+	int parent;
+} moe_isa_info;
+/* The level's entry, or NULL for an unknown level. */
+const moe_isa_info *moe_isa_info_get(moe_isa isa);
+/* The best level whose required features are all in `features`. */
+moe_isa moe_cpu_isa_for(unsigned features);
+/* Feature bits named in a list such as "avx512bf16,avx512vnni" (unknown
+ * names are ignored; NULL gives 0).  moe_cpu_features() leaves out the ones
+ * named by the environment variable MOE_CPU_DISABLE, so tests can simulate
+ * CPUs without them. */
+unsigned moe_cpu_feature_parse(const char *list);
 
 /* ----------------------------------------------------------------- time */
 

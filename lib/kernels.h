@@ -30,8 +30,13 @@ typedef void (*moe_vec_dot_fn)(int64_t n, float *s, const void *w, const void *x
 typedef void (*moe_quantize_row_fn)(const float *x, void *y, int64_t n);
 /* Many dot products at once: s[t * lds + r] = dot(w + r * ldw, x + t * ldx)
  * for r < nr, t < nt (ldw, ldx in bytes, lds in floats); any nr, nt >= 0.
- * Loads each weight block once per register tile of rows x tokens, so it is
- * the prefill kernel (and, with nt = 1, the decode one). */
+ * For many tokens the SIMD levels unpack each tile of weight rows once into
+ * an int8 working form and reuse it for every token (the prefill kernel);
+ * for few they read the weights directly (decode).  Either way every value
+ * is bit for bit what the same table's vec_dot gives for that row and token:
+ * the reduction order per output is fixed (exact integer sums per block or
+ * super-block, then one float sequence), so results do not depend on the
+ * batch, the tile or the thread split. */
 typedef void (*moe_gemm_fn)(int64_t n, int nr, int nt, const void *w, size_t ldw,
 			    const void *x, size_t ldx, float *s, size_t lds);
 
@@ -66,6 +71,9 @@ int moe_kernels_check(const moe_kernels *k, int dtype, int64_t cols, moe_error *
 size_t moe_matmul_scratch(int dtype, int64_t cols, int64_t n_tokens);
 
 /* Y[t*ldy + r] = sum_k W[r][k] * X[t*ldx + k] for r < rows, t < n_tokens.
+ * Batch-invariant: a token's row of Y is the same bits whatever n_tokens,
+ * its position in X and the pool's thread count (activations are quantised
+ * per token, and see moe_gemm_fn).
  * W: rows x cols of `dtype`, row stride = moe_type_nbytes(dtype, cols).
  * scratch: moe_matmul_scratch() bytes (activations quantised once).
  * pool may be NULL (single thread).  Cannot fail on valid arguments; on

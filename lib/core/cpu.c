@@ -3,7 +3,8 @@
  * Features come from cpuid, and the AVX/AVX-512/AMX register states must
  * also be enabled by the OS (xgetbv XCR0), or using them would fault.  The
  * kernels ask moe_cpu_isa() once; MOE_ISA=generic|avx2|avx512 lowers the
- * choice, which is how tests exercise every path on one machine. */
+ * choice, which is how tests exercise every path on one machine, and
+ * MOE_CPU_DISABLE=feature,... hides features to simulate other CPUs. */
 #include "core.h"
 
 #include <stdlib.h>
@@ -76,24 +77,75 @@ static unsigned detect(void)
 }
 #endif
 
+/* The kernel levels: each names every CPU feature its kernel file is
+ * compiled for (kernels.mk, configure.ac's *_CFLAGS must agree) and the level
+ * below it, whose kernels fill in the types it has none for.  A level is
+ * usable only when the CPU has all of its features: a missing one would be a
+ * SIGILL inside a kernel. */
+static const moe_isa_info isa_table[] = {
+	[MOE_ISA_GENERIC] = {MOE_ISA_GENERIC, "generic", 0, -1},
+	[MOE_ISA_AVX2] = {MOE_ISA_AVX2, "avx2", MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C,
+			  MOE_ISA_GENERIC},
+	[MOE_ISA_AVX512] = {MOE_ISA_AVX512, "avx512",
+			    MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C | MOE_CPU_AVX512F |
+				    MOE_CPU_AVX512BW | MOE_CPU_AVX512VL | MOE_CPU_AVX512VNNI,
+			    MOE_ISA_AVX2},
+};
+
+const moe_isa_info *moe_isa_info_get(moe_isa isa)
+{
+	if ((int)isa < 0 || (size_t)isa >= sizeof isa_table / sizeof isa_table[0])
+		return NULL;
+	return &isa_table[isa];
+}
+
+static const struct {
+	unsigned bit;
+	const char *name;
+} feature_names[] = {
+	{MOE_CPU_AVX2, "avx2"}, {MOE_CPU_FMA, "fma"}, {MOE_CPU_F16C, "f16c"},
+	{MOE_CPU_AVX512F, "avx512f"}, {MOE_CPU_AVX512BW, "avx512bw"},
+	{MOE_CPU_AVX512VL, "avx512vl"}, {MOE_CPU_AVX512VNNI, "avx512vnni"},
+	{MOE_CPU_AVX512BF16, "avx512bf16"}, {MOE_CPU_AVXVNNI, "avxvnni"},
+	{MOE_CPU_AMX_TILE, "amx-tile"}, {MOE_CPU_AMX_INT8, "amx-int8"},
+	{MOE_CPU_AMX_BF16, "amx-bf16"},
+};
+
+unsigned moe_cpu_feature_parse(const char *list)
+{
+	unsigned f = 0;
+	const char *p = list;
+	while (p && *p) {
+		size_t len = strcspn(p, ", ");
+		for (size_t i = 0; i < sizeof feature_names / sizeof feature_names[0]; i++)
+			if (strlen(feature_names[i].name) == len &&
+			    !strncasecmp(p, feature_names[i].name, len))
+				f |= feature_names[i].bit;
+		p += len;
+		p += strspn(p, ", ");
+	}
+	return f;
+}
+
 static int cached_features = -1;
 static int cached_isa = -1;
 
 unsigned moe_cpu_features(void)
 {
-	if (cached_features < 0)
-		cached_features = (int)detect();
+	if (cached_features < 0) {
+		/* MOE_CPU_DISABLE hides features, as if the CPU lacked them: how
+		 * tests check the dispatch for CPUs this machine is not. */
+		unsigned f = detect() & ~moe_cpu_feature_parse(getenv("MOE_CPU_DISABLE"));
+		cached_features = (int)f;
+	}
 	return (unsigned)cached_features;
 }
 
-static moe_isa best_isa(unsigned f)
+moe_isa moe_cpu_isa_for(unsigned f)
 {
-	const unsigned avx2 = MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C;
-	const unsigned avx512 = avx2 | MOE_CPU_AVX512F | MOE_CPU_AVX512BW | MOE_CPU_AVX512VL;
-	if ((f & avx512) == avx512)
-		return MOE_ISA_AVX512;
-	if ((f & avx2) == avx2)
-		return MOE_ISA_AVX2;
+	for (int i = (int)(sizeof isa_table / sizeof isa_table[0]) - 1; i > 0; i--)
+		if ((f & isa_table[i].features) == isa_table[i].features)
+			return (moe_isa)i;
 	return MOE_ISA_GENERIC;
 }
 
@@ -101,26 +153,21 @@ moe_isa moe_cpu_isa(void)
 {
 	if (cached_isa >= 0)
 		return (moe_isa)cached_isa;
-	moe_isa best = best_isa(moe_cpu_features()), isa = best;
+	moe_isa best = moe_cpu_isa_for(moe_cpu_features()), isa = best;
 	const char *req = getenv("MOE_ISA");
 	if (req && *req) {
-		moe_isa want;
-		if (!strcasecmp(req, "generic"))
-			want = MOE_ISA_GENERIC;
-		else if (!strcasecmp(req, "avx2"))
-			want = MOE_ISA_AVX2;
-		else if (!strcasecmp(req, "avx512"))
-			want = MOE_ISA_AVX512;
-		else {
+		int want = -1;
+		for (size_t i = 0; i < sizeof isa_table / sizeof isa_table[0]; i++)
+			if (!strcasecmp(req, isa_table[i].name))
+				want = (int)i;
+		if (want < 0)
 			moe_log(MOE_LOG_WARN, "MOE_ISA=%s not recognised (generic, avx2, avx512); using %s",
 				req, moe_isa_name(best));
-			want = best;
-		}
-		if (want > best)
+		else if (want > (int)best)
 			moe_log(MOE_LOG_WARN, "MOE_ISA=%s not supported by this CPU; using %s", req,
 				moe_isa_name(best));
 		else
-			isa = want;
+			isa = (moe_isa)want;
 	}
 	cached_isa = (int)isa;
 	return isa;
@@ -129,36 +176,25 @@ moe_isa moe_cpu_isa(void)
 void moe_cpu_reset_cache(void)
 {
 	cached_isa = -1;
+	cached_features = -1;
 }
 
 const char *moe_isa_name(moe_isa isa)
 {
-	switch (isa) {
-	case MOE_ISA_GENERIC: return "generic";
-	case MOE_ISA_AVX2: return "avx2";
-	case MOE_ISA_AVX512: return "avx512";
-	}
-	return "?";
+	const moe_isa_info *i = moe_isa_info_get(isa);
+	return i ? i->name : "?";
 }
 
 void moe_cpu_feature_string(unsigned f, char *buf, size_t n)
 {
-	static const struct { unsigned bit; const char *name; } names[] = {
-		{MOE_CPU_AVX2, "avx2"}, {MOE_CPU_FMA, "fma"}, {MOE_CPU_F16C, "f16c"},
-		{MOE_CPU_AVX512F, "avx512f"}, {MOE_CPU_AVX512BW, "avx512bw"},
-		{MOE_CPU_AVX512VL, "avx512vl"}, {MOE_CPU_AVX512VNNI, "avx512vnni"},
-		{MOE_CPU_AVX512BF16, "avx512bf16"}, {MOE_CPU_AVXVNNI, "avxvnni"},
-		{MOE_CPU_AMX_TILE, "amx-tile"}, {MOE_CPU_AMX_INT8, "amx-int8"},
-		{MOE_CPU_AMX_BF16, "amx-bf16"},
-	};
 	if (!n)
 		return;
 	buf[0] = '\0';
 	size_t len = 0;
-	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-		if (!(f & names[i].bit))
+	for (size_t i = 0; i < sizeof feature_names / sizeof feature_names[0]; i++) {
+		if (!(f & feature_names[i].bit))
 			continue;
-		int w = snprintf(buf + len, n - len, "%s%s", len ? " " : "", names[i].name);
+		int w = snprintf(buf + len, n - len, "%s%s", len ? " " : "", feature_names[i].name);
 		if (w < 0 || (size_t)w >= n - len)
 			break;
 		len += (size_t)w;

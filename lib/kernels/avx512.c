@@ -1,26 +1,35 @@
-/* kernels/avx512.c — AVX-512 kernels (F, BW, VL, VNNI): register-tiled
- * products for every weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
- * Q5_1, IQ4_NL, MXFP4, Q2_K .. Q6_K, IQ4_XS), the Q8_0, Q8_1 and Q8_K
- * activation quantisers and the F16/BF16 row decoders.
+/* kernels/avx512.c — AVX-512 kernels (F, BW, VL, VNNI): products for every
+ * weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
+ * Q2_K .. Q6_K, IQ4_XS), the Q8_0, Q8_1 and Q8_K activation quantisers and
+ * the F16/BF16 row decoders.
  *
  * Compiled with $(AVX512_CFLAGS); kernels.c calls moe_kernels_fill_avx512
- * only on a CPU that has these instructions.
+ * only on a CPU that has every one of these features.
  *
- * Every product is written once as a tile of R weight rows x T tokens
- * (xxx_tile, always inlined with constant R and T): each weight block is
- * decoded once per tile and each activation block loaded once per tile, and
- * the R x T partial sums stay in registers.  Lanes run along the columns
- * (k), so each tile ends with a horizontal sum per (row, token).  MOE_GEMM
- * instantiates the tile shapes: the main TR x TT tile, 1 x TT for leftover
- * rows, DR x 1 for single tokens (decode) and 1 x 1 (vec_dot).
+ * Two kinds of product, which give the same bits (batch invariance):
+ *
+ * - Tiles with the lanes along k (xxx_tile, always inlined with constant R
+ *   rows and T tokens; MOE_GEMM instantiates the shapes, 1 x 1 being the
+ *   vec_dot).  They read the weights directly, so they are the decode path
+ *   and the fallback for few tokens.
+ * - For many tokens (Q2_K/Q3_K/IQ4_XS excepted), a GEMM with the rows in the
+ *   lanes: 16 weight rows are unpacked once into signed or unsigned bytes,
+ *   interleaved [k / 4][16 rows][4 bytes], and each vpdpbusd multiplies four
+ *   codes of 16 rows with four activation codes of one token (broadcast).
+ *
+ * Both reduce each block or super-block to exact integers before any float
+ * work and then run the same float sequence per output (described at "the
+ * K-quant reduction order" and at the 32-element blocks); F32/F16/BF16 and
+ * the three K-quants without a GEMM keep 16 float lanes per output in every
+ * tile shape.
  *
  * Integer dot products use vpdpbusd (u8 x s8 -> s32 in groups of four).
  * Its first operand must be unsigned, which fixes how each type is set up:
  * 4/5/6-bit codes are unsigned already, their offsets (-8, -32) and minimums
- * go through activation sums; for Q8_0 x Q8_0 the activations are biased by
- * +128 and the bias removed with the weight sums.  Where a group's integer
- * scale applies, vpdpwssd multiplies the group sums (which fit 16 bits) by
- * it and accumulates in 32 bits, so the float work is once per super-block.
+ * go through activation sums; signed values (Q8_0, code books) meet
+ * activations biased by +128 and the bias is removed with the weight sums.
+ * Where a group's integer scale applies, vpdpwssd multiplies the group sums
+ * (when they fit 16 bits) by it and accumulates in 32 bits.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -196,89 +205,29 @@ MOE_GEMM(bf16, 4, 6, 4)
 
 /* ------------------------------------------------------ 32-element blocks */
 
-/* Two consecutive 32-element blocks are one 64-lane step; a last odd block
- * is a step with the second half zero (`two` false). */
-
-/* The codes of blocks b and b+1 of a Q8_0 (q1 false) or Q8_1 row. */
-INLINE __m512i q8_codes(const uint8_t *b, const int q1, const int two)
-{
-	const size_t bs = q1 ? sizeof(moe_block_q8_1) : sizeof(moe_block_q8_0);
-	const size_t qs = q1 ? offsetof(moe_block_q8_1, qs) : offsetof(moe_block_q8_0, qs);
-	__m256i lo = _mm256_loadu_si256((const void *)(b + qs));
-	__m256i hi = two ? _mm256_loadu_si256((const void *)(b + bs + qs)) : _mm256_setzero_si256();
-	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-INLINE __m512i q8_0_codes(const uint8_t *b, const int two)
-{
-	return q8_codes(b, 0, two);
-}
-
-/* The two f16 scales a, b as floats spread over the lanes by idx (0 -> a,
- * 1 -> b). */
-INLINE __m512 pair_scale(uint16_t a, uint16_t b, __m512i idx)
-{
-	__m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(a | (uint32_t)b << 16)));
-	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
-}
-
-/* dot(x + 128, w) - 128 * sum(w) = dot(x, w): vpdpbusd needs x unsigned. */
-INLINE void q8_0_step(const int R, const int T, const int two, const uint8_t *w, size_t ldw,
-		      const uint8_t *x, size_t ldx, __m512 acc[4][6])
-{
-	const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-	__m512i wv[4], wc[4];
-	__m512 wd[4];
-
-	MOE_UNROLL for (int r = 0; r < R; r++) {
-		const uint8_t *b = w + r * ldw;
-		prefetch_ahead(b, 2 * 34);
-		wv[r] = q8_0_codes(b, two);
-		__m512i sum = _mm512_dpbusd_epi32(zero_i(), _mm512_set1_epi8(1), wv[r]);
-		wc[r] = _mm512_sub_epi32(zero_i(), _mm512_slli_epi32(sum, 7));
-		wd[r] = pair_scale(ld16(b), two ? ld16(b + 34) : 0, idx);
-	}
-	MOE_UNROLL for (int t = 0; t < T; t++) {
-		const uint8_t *a = x + t * ldx;
-		__m512i xv = _mm512_xor_si512(q8_0_codes(a, two), _mm512_set1_epi8((char)0x80));
-		__m512 xd = pair_scale(ld16(a), two ? ld16(a + 34) : 0, idx);
-		MOE_UNROLL for (int r = 0; r < R; r++) {
-			__m512i dp = _mm512_dpbusd_epi32(wc[r], xv, wv[r]);
-			acc[r][t] = fma_scaled(acc[r][t], dp, wd[r], xd);
-		}
-	}
-}
-
-INLINE void q8_0_tile(const int R, const int T, int64_t n, const uint8_t *w, size_t ldw,
-		      const uint8_t *x, size_t ldx, float *s, size_t lds)
-{
-	__m512 acc[4][6];
-	int64_t nb = n / MOE_QK, i = 0;
-
-	MOE_UNROLL for (int r = 0; r < R; r++)
-		MOE_UNROLL for (int t = 0; t < T; t++)
-			acc[r][t] = _mm512_setzero_ps();
-	for (; i + 2 <= nb; i += 2)
-		q8_0_step(R, T, 1, w + i * 34, ldw, x + i * 34, ldx, acc);
-	if (i < nb)
-		q8_0_step(R, T, 0, w + i * 34, ldw, x + i * 34, ldx, acc);
-	STORE_TILE(R, T, acc, s, lds);
-}
-
-MOE_GEMM(q8_0, 4, 4, 4)
-
-/* The 4-bit 32-element types share one step: Q4_0, Q5_0 (plus a fifth bit),
+/* Q8_0 and the 4/5-bit 32-element types: Q4_0, Q5_0 (plus a fifth bit),
  * Q4_1, Q5_1 (with Q8_1 activations), IQ4_NL and MXFP4 (a 16-entry code
- * book).  The 16 code bytes of blocks b and b+1 give lanes [b.lo, b+1.lo,
- * b.hi, b+1.hi] (16 each; lo = elements 0-15, hi = 16-31) with one shift of
- * the upper half; the activations are permuted to the same order, which is
- * cheaper than reordering the nibbles.
+ * book).
  *
- * Q4_0 and Q5_0 codes are unsigned, their offsets (-8, -16) entering as
- * -8 * sum(x) in the accumulator's start; Q4_1 and Q5_1 add m * dy * sum(x)
- * with one more multiply-add per block; the code-book values are signed, so
- * those take the Q8_0 route (x biased by 128, minus 128 * sum(w)). */
-enum { B32_Q4_0, B32_Q5_0, B32_Q4_1, B32_Q5_1, B32_IQ4_NL, B32_MXFP4 };
+ * The reduction order (batch invariance, as for the K-quants): each block b
+ * gives an exact integer S_b = sum_j w_j x_j (codes with their offsets), and
+ * every output runs the same float sequence, block after block from +0:
+ *     acc = fma(float(S_b), dw_b * dx_b, acc)
+ *     acc = fma(float(X_b), m_b * dx_b, acc)     (Q4_1, Q5_1: X_b = sum x_j)
+ * The decode tiles below (lanes along k) reduce their lanes to S_b; the
+ * prefill GEMM further down (rows in lanes) computes S_b directly.
+ *
+ * Decode tiles: two consecutive blocks are one 64-lane step; a last odd
+ * block is a step with the second half zero (`two` false).  Q8_0 codes are
+ * in element order (lanes 0-7 block b, 8-15 block b+1).  For the nibble
+ * types the 16 code bytes of blocks b and b+1 give lanes [b.lo, b+1.lo,
+ * b.hi, b+1.hi] (16 each; lo = elements 0-15, hi = 16-31) with one shift of
+ * the upper half, and the activations are permuted to the same order,
+ * which is cheaper than reordering the nibbles.  vpdpbusd's first operand
+ * must be unsigned: Q4_0/Q5_0 codes are, their offsets (-8, -16) entering as
+ * -8 * sum(x) in the accumulator's start; signed values (Q8_0, the code
+ * books) take x biased by 128 and start from -128 * sum(w). */
+enum { B32_Q4_0, B32_Q5_0, B32_Q4_1, B32_Q5_1, B32_IQ4_NL, B32_MXFP4, B32_Q8_0 };
 
 INLINE size_t b32_bsize(const int kind)
 {
@@ -288,6 +237,7 @@ INLINE size_t b32_bsize(const int kind)
 	case B32_Q4_1: return sizeof(moe_block_q4_1);
 	case B32_Q5_1: return sizeof(moe_block_q5_1);
 	case B32_IQ4_NL: return sizeof(moe_block_iq4_nl);
+	case B32_Q8_0: return sizeof(moe_block_q8_0);
 	default: return sizeof(moe_block_mxfp4);
 	}
 }
@@ -300,8 +250,25 @@ INLINE size_t b32_qs(const int kind)
 	case B32_Q4_1: return offsetof(moe_block_q4_1, qs);
 	case B32_Q5_1: return offsetof(moe_block_q5_1, qs);
 	case B32_IQ4_NL: return offsetof(moe_block_iq4_nl, qs);
+	case B32_Q8_0: return offsetof(moe_block_q8_0, qs);
 	default: return offsetof(moe_block_mxfp4, qs);
 	}
+}
+
+/* The weight scale of a block as a float. */
+INLINE float b32_scale(const int kind, const uint8_t *b)
+{
+	return kind == B32_MXFP4 ? moe_e8m0_to_f32_half(b[0]) : h2f(b);
+}
+
+/* The codes of blocks b and b+1 of a Q8_0 (q1 false) or Q8_1 row. */
+INLINE __m512i q8_codes(const uint8_t *b, const int q1, const int two)
+{
+	const size_t bs = q1 ? sizeof(moe_block_q8_1) : sizeof(moe_block_q8_0);
+	const size_t qs = q1 ? offsetof(moe_block_q8_1, qs) : offsetof(moe_block_q8_0, qs);
+	__m256i lo = _mm256_loadu_si256((const void *)(b + qs));
+	__m256i hi = two ? _mm256_loadu_si256((const void *)(b + bs + qs)) : _mm256_setzero_si256();
+	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 /* The fifth bits of Q5_0 / Q5_1 (bit e of qh is element e's) as a mask in
@@ -327,93 +294,195 @@ INLINE __m512i nib_codes(const uint8_t *qa, const uint8_t *qb, const int two)
 	return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
 }
 
-/* Two f32 scales spread over the lanes by idx (0 -> a, 1 -> b). */
-INLINE __m512 pair_scale_f(float a, float b, __m512i idx)
+/* The 32-element decode tiles reduce each run of 16 blocks to one vector of
+ * 16 block sums (lane j = block j of the run) with a tree of pairwise lane
+ * additions, then every output keeps 16 float partial sums, lane j taking
+ * the blocks b with b % 16 == j in order; the result is their sum in a fixed
+ * tree (hsum16).  The prefill GEMM keeps the same 16 partials per output. */
+
+/* Pairwise sums of neighbouring lanes: lanes 0-7 from x, 8-15 from y. */
+INLINE __m512i comb_pairs(__m512i x, __m512i y)
 {
-	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_setr_ps(a, b, 0, 0)));
+	const __m512i ia = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const __m512i ib = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+	return _mm512_add_epi32(_mm512_permutex2var_epi32(x, ia, y),
+				_mm512_permutex2var_epi32(x, ib, y));
 }
 
-INLINE void b32_step(const int kind, const int R, const int T, const int two, const uint8_t *w,
-		    size_t ldw, const uint8_t *x, size_t ldx, __m512 acc[4][6])
+/* The first level from two steps (four blocks) in the step's lane order:
+ * out lanes 4q .. 4q+3 belong to block q. */
+INLINE __m512i comb_first(const int nib, __m512i x, __m512i y)
 {
-	const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-	const size_t bs = b32_bsize(kind), qs = b32_qs(kind);
-	const int book = kind == B32_IQ4_NL || kind == B32_MXFP4;
-	const int q1 = kind == B32_Q4_1 || kind == B32_Q5_1; /* Q8_1 activations */
-	const size_t xbs = q1 ? sizeof(moe_block_q8_1) : sizeof(moe_block_q8_0);
-	__m512i wv[4], wc[4];
-	__m512 wd[4], wm[4];
+	if (!nib)
+		return comb_pairs(x, y);
+	const __m512i ia = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+	const __m512i ib = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29,
+					     30, 31);
+	return _mm512_add_epi32(_mm512_permutex2var_epi32(x, ia, y),
+				_mm512_permutex2var_epi32(x, ib, y));
+}
 
+/* The fixed final order: lanes j + j+8, then + j+4, then + j+2, then the
+ * two that are left. */
+INLINE float hsum16(__m512 v)
+{
+	__m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
+				 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+	__m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	__m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+	return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+
+/* Scales of 16 consecutive blocks (stride bs) from p, as floats; lanes
+ * from nv on are zero.  MXFP4: the E8M0 byte (half scale); others: f16. */
+INLINE __m512 b32_scales16(const int mx, const uint8_t *p, size_t bs, int nv)
+{
+	const __m512i idx = _mm512_mullo_epi32(
+		_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+		_mm512_set1_epi32((int)bs));
+	const __mmask16 m = nv >= 16 ? 0xFFFF : (__mmask16)((1u << nv) - 1);
+	__m512i g = _mm512_mask_i32gather_epi32(zero_i(), m, idx, p, 1);
+	if (mx) {
+		__m512i e = _mm512_and_si512(g, _mm512_set1_epi32(0xFF));
+		__m512i big = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+		__m512i small = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+		__mmask16 lt2 = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+		return _mm512_castsi512_ps(
+			_mm512_maskz_mov_epi32(m, _mm512_mask_blend_epi32(lt2, big, small)));
+	}
+	return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
+/* Integer lane sums of blocks b, b+1 for R rows and one token: dp[r] (and
+ * for Q4_1/Q5_1 the activation code sums *xsl), in the step's lane order. */
+INLINE void b32_dp(const int kind, const int R, const int two, const uint8_t *w, size_t ldw,
+		   const uint8_t *x, __m512i dp[4], __m512i *xsl)
+{
+	const size_t bs = b32_bsize(kind), qs = b32_qs(kind);
+	const int q8 = kind == B32_Q8_0;
+	const int book = kind == B32_IQ4_NL || kind == B32_MXFP4;
+	const int sgn = q8 || book; /* signed weight values */
+	const int q1 = kind == B32_Q4_1 || kind == B32_Q5_1; /* Q8_1 activations */
+	__m512i xv = q8_codes(x, q1, two), xs = zero_i();
+
+	if (!q8)
+		xv = _mm512_shuffle_i64x2(xv, xv, _MM_SHUFFLE(3, 1, 2, 0));
+	if (sgn) {
+		xv = _mm512_xor_si512(xv, _mm512_set1_epi8((char)0x80));
+	} else if (q1) {
+		*xsl = _mm512_dpbusd_epi32(zero_i(), _mm512_set1_epi8(1), xv);
+	} else {
+		xs = _mm512_dpbusd_epi32(zero_i(), _mm512_set1_epi8(kind == B32_Q5_0 ? 16 : 8), xv);
+		xs = _mm512_sub_epi32(zero_i(), xs);
+	}
 	MOE_UNROLL for (int r = 0; r < R; r++) {
 		const uint8_t *b = w + r * ldw;
+		__m512i wv;
 		prefetch_ahead(b, 2 * bs);
-		wv[r] = nib_codes(b + qs, b + bs + qs, two);
-		if (kind == B32_Q5_0 || kind == B32_Q5_1) {
-			const size_t qh = kind == B32_Q5_0 ? offsetof(moe_block_q5_0, qh)
-							  : offsetof(moe_block_q5_1, qh);
-			__mmask64 k = q5_mask(b + qh, b + bs + qh, two);
-			wv[r] = _mm512_mask_add_epi8(wv[r], k, wv[r], _mm512_set1_epi8(16));
+		if (q8) {
+			wv = q8_codes(b, 0, two);
+		} else {
+			wv = nib_codes(b + qs, b + bs + qs, two);
+			if (kind == B32_Q5_0 || kind == B32_Q5_1) {
+				const size_t qh = kind == B32_Q5_0 ? offsetof(moe_block_q5_0, qh)
+								  : offsetof(moe_block_q5_1, qh);
+				__mmask64 k = q5_mask(b + qh, b + bs + qh, two);
+				wv = _mm512_mask_add_epi8(wv, k, wv, _mm512_set1_epi8(16));
+			}
 		}
-		if (q1) /* m, the offset, at bytes 2-3 of both */
-			wm[r] = pair_scale(ld16(b + 2), two ? ld16(b + bs + 2) : 0, idx);
 		if (book) {
 			const int8_t *tab = kind == B32_IQ4_NL ? moe_kvalues_iq4nl
 							      : moe_kvalues_mxfp4;
 			__m512i tb = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)tab));
-			wv[r] = _mm512_shuffle_epi8(tb, wv[r]);
-			__m512i sum = _mm512_dpbusd_epi32(zero_i(), _mm512_set1_epi8(1), wv[r]);
-			wc[r] = _mm512_sub_epi32(zero_i(), _mm512_slli_epi32(sum, 7));
+			wv = _mm512_shuffle_epi8(tb, wv);
 		}
-		if (kind == B32_MXFP4)
-			wd[r] = pair_scale_f(moe_e8m0_to_f32_half(b[0]),
-					     two ? moe_e8m0_to_f32_half(b[bs]) : 0.0f, idx);
-		else
-			wd[r] = pair_scale(ld16(b), two ? ld16(b + bs) : 0, idx);
-	}
-	MOE_UNROLL for (int t = 0; t < T; t++) {
-		const uint8_t *a = x + t * ldx;
-		__m512i xv = q8_codes(a, q1, two), xs = zero_i();
-		__m512 xd = pair_scale(ld16(a), two ? ld16(a + xbs) : 0, idx), xm;
-		xv = _mm512_shuffle_i64x2(xv, xv, _MM_SHUFFLE(3, 1, 2, 0));
-		if (book) {
-			xv = _mm512_xor_si512(xv, _mm512_set1_epi8((char)0x80));
-		} else if (q1) {
-			/* dy * sum(x) per lane, for the offsets m. */
-			xs = _mm512_dpbusd_epi32(zero_i(), _mm512_set1_epi8(1), xv);
-			xm = _mm512_mul_ps(_mm512_cvtepi32_ps(xs), xd);
-			xs = zero_i();
+		if (sgn) {
+			__m512i sum = _mm512_dpbusd_epi32(zero_i(), _mm512_set1_epi8(1), wv);
+			__m512i wc = _mm512_sub_epi32(zero_i(), _mm512_slli_epi32(sum, 7));
+			dp[r] = _mm512_dpbusd_epi32(wc, xv, wv);
 		} else {
-			xs = _mm512_dpbusd_epi32(zero_i(),
-						 _mm512_set1_epi8(kind == B32_Q5_0 ? 16 : 8), xv);
-			xs = _mm512_sub_epi32(zero_i(), xs);
-		}
-		MOE_UNROLL for (int r = 0; r < R; r++) {
-			__m512i dp = book ? _mm512_dpbusd_epi32(wc[r], xv, wv[r])
-					  : _mm512_dpbusd_epi32(xs, wv[r], xv);
-			acc[r][t] = fma_scaled(acc[r][t], dp, wd[r], xd);
-			if (q1)
-				acc[r][t] = _mm512_fmadd_ps(xm, wm[r], acc[r][t]);
+			dp[r] = _mm512_dpbusd_epi32(xs, wv, xv);
 		}
 	}
 }
 
-INLINE void b32_tile(const int kind, const int R, const int T, int64_t n, const uint8_t *w,
-		    size_t ldw, const uint8_t *x, size_t ldx, float *s, size_t lds)
+/* Step q (blocks 4q .. 4q+3 of the run at w, x) of R rows, as first-level
+ * sums; `left` blocks of the row remain from 4q on. */
+INLINE void b32_quad(const int kind, const int R, int left, const uint8_t *w, size_t ldw,
+		     const uint8_t *x, __m512i l1[4], __m512i *xl1)
 {
 	const size_t bs = b32_bsize(kind);
-	const size_t xbs = kind == B32_Q4_1 || kind == B32_Q5_1 ? sizeof(moe_block_q8_1)
-							      : sizeof(moe_block_q8_0);
-	__m512 acc[4][6];
-	int64_t nb = n / MOE_QK, i = 0;
+	const int q1 = kind == B32_Q4_1 || kind == B32_Q5_1;
+	const size_t xbs = q1 ? sizeof(moe_block_q8_1) : sizeof(moe_block_q8_0);
+	__m512i d0[4], d1[4], x0 = zero_i(), x1 = zero_i();
 
 	MOE_UNROLL for (int r = 0; r < R; r++)
-		MOE_UNROLL for (int t = 0; t < T; t++)
-			acc[r][t] = _mm512_setzero_ps();
-	for (; i + 2 <= nb; i += 2)
-		b32_step(kind, R, T, 1, w + i * bs, ldw, x + i * xbs, ldx, acc);
-	if (i < nb)
-		b32_step(kind, R, T, 0, w + i * bs, ldw, x + i * xbs, ldx, acc);
-	STORE_TILE(R, T, acc, s, lds);
+		d0[r] = d1[r] = zero_i();
+	if (left >= 4) {
+		b32_dp(kind, R, 1, w, ldw, x, d0, &x0);
+		b32_dp(kind, R, 1, w + 2 * bs, ldw, x + 2 * xbs, d1, &x1);
+	} else if (left == 3) {
+		b32_dp(kind, R, 1, w, ldw, x, d0, &x0);
+		b32_dp(kind, R, 0, w + 2 * bs, ldw, x + 2 * xbs, d1, &x1);
+	} else if (left == 2) {
+		b32_dp(kind, R, 1, w, ldw, x, d0, &x0);
+	} else if (left == 1) {
+		b32_dp(kind, R, 0, w, ldw, x, d0, &x0);
+	}
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		l1[r] = comb_first(kind != B32_Q8_0, d0[r], d1[r]);
+	if (q1)
+		*xl1 = comb_first(1, x0, x1);
+}
+
+/* R rows x 1 token (the decode tile; matmul loops tokens for small
+ * batches). */
+INLINE void b32_tile(const int kind, const int R, const int T, int64_t n, const uint8_t *w,
+		     size_t ldw, const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const size_t bs = b32_bsize(kind);
+	const int q1 = kind == B32_Q4_1 || kind == B32_Q5_1;
+	const size_t xbs = q1 ? sizeof(moe_block_q8_1) : sizeof(moe_block_q8_0);
+	const int64_t nb = n / MOE_QK;
+	__m512 acc[4];
+
+	(void)T; /* always 1 */
+	(void)ldx;
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		acc[r] = _mm512_setzero_ps();
+	for (int64_t g0 = 0; g0 < nb; g0 += 16) {
+		const int nv = nb - g0 < 16 ? (int)(nb - g0) : 16;
+		const uint8_t *wg = w + g0 * bs, *xg = x + g0 * xbs;
+		__m512i l1[4][4], l2[4][2], xq[4] = {zero_i(), zero_i(), zero_i(), zero_i()}, S[4];
+		MOE_UNROLL for (int q = 0; q < 4; q++) {
+			__m512i t[4];
+			b32_quad(kind, R, nv - 4 * q, wg + 4 * q * bs, ldw, xg + 4 * q * xbs, t,
+				 &xq[q]);
+			MOE_UNROLL for (int r = 0; r < R; r++)
+				l1[r][q] = t[r];
+		}
+		MOE_UNROLL for (int r = 0; r < R; r++) {
+			l2[r][0] = comb_pairs(l1[r][0], l1[r][1]);
+			l2[r][1] = comb_pairs(l1[r][2], l1[r][3]);
+			S[r] = comb_pairs(l2[r][0], l2[r][1]);
+		}
+		const __m512 dx = b32_scales16(0, xg, xbs, nv);
+		__m512 X = _mm512_setzero_ps();
+		if (q1)
+			X = _mm512_cvtepi32_ps(comb_pairs(comb_pairs(xq[0], xq[1]),
+							  comb_pairs(xq[2], xq[3])));
+		MOE_UNROLL for (int r = 0; r < R; r++) {
+			const uint8_t *b = wg + r * ldw;
+			__m512 dw = b32_scales16(kind == B32_MXFP4, b, bs, nv);
+			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[r]), _mm512_mul_ps(dw, dx), acc[r]);
+			if (q1)
+				acc[r] = _mm512_fmadd_ps(X, _mm512_mul_ps(b32_scales16(0, b + 2, bs, nv), dx),
+							 acc[r]);
+		}
+	}
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		s[r] = hsum16(acc[r]);
+	(void)lds;
 }
 
 #define MOE_B32_TILE(name, kind)                                                                \
@@ -422,6 +491,7 @@ INLINE void b32_tile(const int kind, const int R, const int T, int64_t n, const 
 	{                                                                                      \
 		b32_tile(kind, R, T, n, w, ldw, x, ldx, s, lds);                                \
 	}
+MOE_B32_TILE(q8_0, B32_Q8_0)
 MOE_B32_TILE(q4_0, B32_Q4_0)
 MOE_B32_TILE(q5_0, B32_Q5_0)
 MOE_B32_TILE(q4_1, B32_Q4_1)
@@ -429,12 +499,14 @@ MOE_B32_TILE(q5_1, B32_Q5_1)
 MOE_B32_TILE(iq4_nl, B32_IQ4_NL)
 MOE_B32_TILE(mxfp4, B32_MXFP4)
 
-MOE_GEMM(q4_0, 4, 4, 4)
-MOE_GEMM(q5_0, 4, 4, 4)
-MOE_GEMM(q4_1, 4, 4, 4)
-MOE_GEMM(q5_1, 4, 4, 4)
-MOE_GEMM(iq4_nl, 4, 4, 4)
-MOE_GEMM(mxfp4, 4, 4, 4)
+MOE_GEMM(q8_0, 4, 1, 4)
+MOE_GEMM(q4_0, 4, 1, 4)
+MOE_GEMM(q5_0, 4, 1, 4)
+MOE_GEMM(q4_1, 4, 1, 4)
+MOE_GEMM(q5_1, 4, 1, 4)
+MOE_GEMM(iq4_nl, 4, 1, 4)
+MOE_GEMM(mxfp4, 4, 1, 4)
+
 
 /* ---------------------------------------------------------------- K-quants */
 
@@ -444,17 +516,36 @@ MOE_GEMM(mxfp4, 4, 4, 4)
 #define Q8K_BSUMS 260
 #define Q8K_SIZE 292
 
-/* Finish one super-block of Q4_K/Q5_K for (row, token): ai holds
- * sum_g sc_g * dot_g spread over 16 lanes; fold it into lanes 0-7, put
- * m_g * (bsum_2g + bsum_2g+1) into lanes 8-15 (scm: lanes 0-7 scales,
- * 8-15 mins; gs: lanes 8-15 the activation group sums) and scale the
- * lanes by d * dy and -dmin * dy (dm: d and dmin, dys: dy and -dy, each
- * over lanes 0-7 and 8-15). */
-INLINE __m512 k4_finish(__m512 acc, __m512i ai, __m512i scm, __m512i gs, __m512 dm, __m512 dys)
+/* ------------------------------------------ the K-quant reduction order
+ *
+ * Batch invariance: a (row, token) result must not depend on the kernel
+ * that computed it (decode tiles with lanes along k, or the prefill GEMM
+ * with rows in lanes).  Integer sums are exact in any order, so for the
+ * K-quants every super-block i is reduced to exact 32-bit integers first —
+ * isum = sum_g sc_g * dot_g and (Q4_K, Q5_K) msum = sum_g m_g * bsum_g —
+ * and the float work is the same fixed sequence for every output:
+ *     acc = fma(float(isum), d * dy, acc)
+ *     acc = fnmadd(float(msum), dmin * dy, acc)    (acc starts at +0)
+ * for i = 0, 1, ... in order.  Both kernels below follow it lane by lane.
+ */
+
+/* Four outputs' integer sums from vectors whose lanes 0-7 add up to isum
+ * and lanes 8-15 to msum: *is, *ms get the four totals in lanes 0-3. */
+INLINE void reduce4(__m512i c0, __m512i c1, __m512i c2, __m512i c3, __m128i *is, __m128i *ms)
 {
-	__m512i lo = _mm512_maskz_add_epi32(0x00FF, ai, _mm512_shuffle_i64x2(ai, ai, 0x4E));
-	__m512i c = _mm512_dpwssd_epi32(lo, scm, gs);
-	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), _mm512_mul_ps(dm, dys), acc);
+	__m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(c0, c1), _mm512_unpackhi_epi32(c0, c1));
+	__m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(c2, c3), _mm512_unpackhi_epi32(c2, c3));
+	__m512i s4 = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23),
+				      _mm512_unpackhi_epi64(t01, t23));
+	*is = _mm_add_epi32(_mm512_castsi512_si128(s4), _mm512_extracti32x4_epi32(s4, 1));
+	*ms = _mm_add_epi32(_mm512_extracti32x4_epi32(s4, 2), _mm512_extracti32x4_epi32(s4, 3));
+}
+
+/* The float sequence of one super-block for four outputs (see above). */
+INLINE __m128 ksb_finish4(__m128 acc, __m128i is, __m128i ms, __m128 d, __m128 dmin, __m128 dy)
+{
+	acc = _mm_fmadd_ps(_mm_cvtepi32_ps(is), _mm_mul_ps(d, dy), acc);
+	return _mm_fnmadd_ps(_mm_cvtepi32_ps(ms), _mm_mul_ps(dmin, dy), acc);
 }
 
 /* The 12 packed scale bytes of Q4_K/Q5_K (read as 16: the block goes on)
@@ -470,14 +561,6 @@ INLINE __m512i k4_scales(const uint8_t *p)
 			   _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
 	hi = _mm_and_si128(_mm_srli_epi32(hi, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
 	return _mm512_cvtepu8_epi32(_mm_or_si128(lo, hi));
-}
-
-/* d and dmin of a Q4_K/Q5_K block over lanes 0-7 and 8-15. */
-INLINE __m512 k4_dm(const uint8_t *b)
-{
-	const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-	__m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ldf32_bits(b)));
-	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
 }
 
 /* Codes 64c .. 64c+63 of block i of a Q8_K row. */
@@ -506,12 +589,11 @@ INLINE void k45_tile(const int five, const int R, const int T, int64_t n, const 
 	const __m512i idx0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
 	const __m512i bit0 = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi8(1),
 						     _mm512_set1_epi8(2));
-	__m512 acc[4][6];
+	__m128 acc4[6];
 	int64_t nb = n / MOE_QK_K;
 
-	MOE_UNROLL for (int r = 0; r < R; r++)
-		MOE_UNROLL for (int t = 0; t < T; t++)
-			acc[r][t] = _mm512_setzero_ps();
+	MOE_UNROLL for (int g = 0; g < 6; g++)
+		acc4[g] = _mm_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		__m512i scm[4], qh[4], ai[4][6];
 		MOE_UNROLL for (int r = 0; r < R; r++) {
@@ -545,20 +627,42 @@ INLINE void k45_tile(const int five, const int R, const int T, int64_t n, const 
 					ai[r][t] = dot_scaled(ai[r][t], q, xq[t], sc);
 			}
 		}
+		/* Lanes 0-7: the group sums folded in pairs (still sc-scaled
+		 * integers); lanes 8-15: m_g * (bsum_2g + bsum_2g+1). */
+		__m512i c[24];
 		MOE_UNROLL for (int r = 0; r < R; r++) {
-			const uint8_t *b = w + r * ldw + i * bsz;
-			__m512 dm = k4_dm(b);
 			MOE_UNROLL for (int t = 0; t < T; t++) {
 				const uint8_t *y = x + t * ldx + i * Q8K_SIZE;
-				__m512 dy = _mm512_set1_ps(ldf32(y + Q8K_D));
-				__m512 dys = _mm512_mask_sub_ps(dy, 0xFF00, _mm512_setzero_ps(),
-								dy);
-				acc[r][t] = k4_finish(acc[r][t], ai[r][t], scm[r],
-						      q8k_group_sums(y), dm, dys);
+				__m512i lo = _mm512_maskz_add_epi32(
+					0x00FF, ai[r][t], _mm512_shuffle_i64x2(ai[r][t], ai[r][t], 0x4E));
+				c[r * T + t] = _mm512_dpwssd_epi32(lo, scm[r], q8k_group_sums(y));
 			}
 		}
+		MOE_UNROLL for (int o = R * T; o < (R * T + 3) / 4 * 4; o++)
+			c[o] = zero_i();
+		MOE_UNROLL for (int g = 0; g < (R * T + 3) / 4; g++) {
+			/* d | dmin of each output's row, dy of its token, built in
+			 * registers (o = r * T + t; padding outputs get zeros). */
+#define K_DM(o) ((o) < R * T ? (int)ldf32_bits(w + ((o) / T) * ldw + i * bsz) : 0)
+#define K_DY(o) ((o) < R * T ? ldf32(x + ((o) % T) * ldx + i * Q8K_SIZE + Q8K_D) : 0.0f)
+			__m256 f = _mm256_cvtph_ps(
+				_mm_setr_epi32(K_DM(4 * g), K_DM(4 * g + 1), K_DM(4 * g + 2), K_DM(4 * g + 3)));
+			__m128 lo = _mm256_castps256_ps128(f), hi = _mm256_extractf128_ps(f, 1);
+			__m128 dy = T == 1 && R * T >= 4 * g + 4
+					    ? _mm_set1_ps(K_DY(0))
+					    : _mm_setr_ps(K_DY(4 * g), K_DY(4 * g + 1), K_DY(4 * g + 2),
+							  K_DY(4 * g + 3));
+#undef K_DM
+#undef K_DY
+			__m128i is, ms;
+			reduce4(c[4 * g], c[4 * g + 1], c[4 * g + 2], c[4 * g + 3], &is, &ms);
+			acc4[g] = ksb_finish4(acc4[g], is, ms, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)),
+					      _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)), dy);
+		}
 	}
-	STORE_TILE(R, T, acc, s, lds);
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		MOE_UNROLL for (int t = 0; t < T; t++)
+			s[t * lds + r] = acc4[(r * T + t) / 4][(r * T + t) % 4];
 }
 
 INLINE void q4_k_tile(const int R, const int T, int64_t n, const uint8_t *w, size_t ldw,
@@ -575,6 +679,180 @@ INLINE void q5_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 
 MOE_GEMM(q4_k, 3, 4, 4)
 MOE_GEMM(q5_k, 2, 4, 4)
+
+/* ------------------------------------------------ prefill GEMM, K-quants
+ *
+ * For many tokens the weights are unpacked once into an int8 working form
+ * with the rows in the lanes — codes[k / 4][16 rows][4 bytes], plus the
+ * integer group scales and minimums and the float d, dmin as vectors of 16
+ * rows — and reused for every token: each vpdpbusd then multiplies four
+ * codes of 16 rows with four activation codes of one token (broadcast), no
+ * decoding or horizontal sums in the inner loop.  The integer group scales
+ * apply with vpdpwssd to sums of 16 (Q4_K) or 8 (Q5_K) codes, which fit 16
+ * bits (16 * 15 * 127, 8 * 31 * 127).  Super-blocks go in chunks of KSB so
+ * the working form (about 40 KiB) stays in L1/L2; between chunks the float
+ * accumulators wait in Y, which keeps the reduction order of the decode
+ * tiles exactly (see "the K-quant reduction order"). */
+
+#define KSB 8 /* super-blocks per unpacked chunk */
+#define GT 8  /* tokens per register tile */
+
+typedef struct {
+	uint8_t q[KSB][64][64];   /* [sb][k/4][row][4] codes */
+	int32_t sc[KSB][16][16];  /* [sb][group][row] scale (Q4_K/Q5_K: low 16 bits) */
+	int32_t mm[KSB][8][16];   /* [sb][j][row] Q4_K/Q5_K: m_j | m_j << 16;
+				   * Q6_K: -32 sc_2j | -32 sc_2j+1 << 16 */
+	float d[KSB][16], dmin[KSB][16];
+} kq_pack;
+
+/* out[j] lane r = in[r] lane j (a 16 x 16 transpose of 32-bit lanes). */
+INLINE void transpose16(__m512i v[16])
+{
+	__m512i t[16], u[16];
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+	}
+	/* u[4i + c]: 128-bit block L holds column 4L + c of rows 4i..4i+3. */
+	for (int i = 0; i < 4; i++) {
+		u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+		u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+		u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+		u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+	}
+	for (int c = 0; c < 4; c++) {
+		__m512i w0 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(1, 0, 1, 0));
+		__m512i w1 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 2, 3, 2));
+		__m512i w2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(1, 0, 1, 0));
+		__m512i w3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 2, 3, 2));
+		v[c] = _mm512_shuffle_i32x4(w0, w2, _MM_SHUFFLE(2, 0, 2, 0));
+		v[4 + c] = _mm512_shuffle_i32x4(w0, w2, _MM_SHUFFLE(3, 1, 3, 1));
+		v[8 + c] = _mm512_shuffle_i32x4(w1, w3, _MM_SHUFFLE(2, 0, 2, 0));
+		v[12 + c] = _mm512_shuffle_i32x4(w1, w3, _MM_SHUFFLE(3, 1, 3, 1));
+	}
+}
+
+/* Unpack super-blocks [i0, i0 + nsb) of `rows` (<= 16) rows; missing rows
+ * are zero. */
+static void k45_unpack(const int five, kq_pack *pk, const uint8_t *w, size_t ldw, int rows,
+		       int64_t i0, int nsb)
+{
+	const size_t bsz = five ? sizeof(moe_block_q5_k) : sizeof(moe_block_q4_k);
+	const size_t qs_off = five ? offsetof(moe_block_q5_k, qs) : offsetof(moe_block_q4_k, qs);
+	const __m512i m4 = _mm512_set1_epi8(0x0F);
+	const __m512i bit0 = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi8(1), _mm512_set1_epi8(2));
+
+	for (int sb = 0; sb < nsb; sb++) {
+		__m512i v[16];
+		/* Q4_K: transpose the packed bytes (dword j of qs[64h ..] holds
+		 * elements 64p + 4(j % 8) .. +3 in its low nibbles and 32 more in
+		 * its high ones, p = 2h + j / 8), then split the nibbles: half the
+		 * shuffles of transposing the codes. */
+		for (int h = 0; !five && h < 2; h++) {
+			for (int r = 0; r < 16; r++)
+				v[r] = r < rows ? _mm512_loadu_si512(w + r * ldw + (i0 + sb) * bsz +
+								     qs_off + 64 * h)
+						: zero_i();
+			transpose16(v);
+			for (int j = 0; j < 16; j++) {
+				const int k4 = 16 * (2 * h + j / 8) + j % 8;
+				_mm512_store_si512(pk->q[sb][k4], _mm512_and_si512(v[j], m4));
+				_mm512_store_si512(pk->q[sb][k4 + 8],
+						   _mm512_and_si512(_mm512_srli_epi16(v[j], 4), m4));
+			}
+		}
+		for (int p = 0; five && p < 4; p++) {
+			for (int r = 0; r < 16; r++) {
+				if (r >= rows) {
+					v[r] = zero_i();
+					continue;
+				}
+				const uint8_t *b = w + r * ldw + (i0 + sb) * bsz;
+				__m512i q = _mm512_broadcast_i64x4(
+					_mm256_loadu_si256((const void *)(b + qs_off + 32 * p)));
+				q = _mm512_mask_srli_epi16(q, 0xFFFF0000u, q, 4);
+				q = _mm512_and_si512(q, m4);
+				if (five) {
+					__m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+						(const void *)(b + offsetof(moe_block_q5_k, qh))));
+					__mmask64 k = _mm512_test_epi8_mask(
+						qh, _mm512_slli_epi16(bit0, 2 * p));
+					q = _mm512_mask_add_epi8(q, k, q, _mm512_set1_epi8(16));
+				}
+				v[r] = q;
+			}
+			transpose16(v);
+			for (int j = 0; j < 16; j++)
+				_mm512_store_si512(pk->q[sb][16 * p + j], v[j]);
+		}
+		float d[16], dmin[16];
+		for (int r = 0; r < 16; r++) {
+			const uint8_t *b = w + r * ldw + (i0 + sb) * bsz;
+			v[r] = r < rows ? k4_scales(b + 4) : zero_i();
+			d[r] = r < rows ? h2f(b) : 0.0f;
+			dmin[r] = r < rows ? h2f(b + 2) : 0.0f;
+		}
+		transpose16(v);
+		for (int g = 0; g < 8; g++) {
+			_mm512_store_si512(pk->sc[sb][g], v[g]);
+			_mm512_store_si512(pk->mm[sb][g],
+					   _mm512_or_si512(v[8 + g], _mm512_slli_epi32(v[8 + g], 16)));
+		}
+		memcpy(pk->d[sb], d, sizeof(d));
+		memcpy(pk->dmin[sb], dmin, sizeof(dmin));
+	}
+}
+
+INLINE __m512i bcast32(const uint8_t *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+/* T tokens x 16 rows over nsb unpacked super-blocks; acc[t] lane r is the
+ * running sum of (row r, token t). */
+INLINE void k45_rows_tile(const int five, const int T, const kq_pack *pk, int nsb, int64_t i0,
+			  const uint8_t *x, size_t ldx, __m512 acc[GT])
+{
+	/* Q4_K: 4 steps of 4 codes per scaled sum; Q5_K: 2. */
+	const int U = five ? 2 : 4;
+	for (int sb = 0; sb < nsb; sb++) {
+		const uint8_t *y = x + (i0 + sb) * Q8K_SIZE;
+		__m512i is[GT], ms[GT];
+		MOE_UNROLL for (int t = 0; t < T; t++)
+			is[t] = ms[t] = zero_i();
+		for (int g = 0; g < 8; g++) {
+			const __m512i sc = _mm512_load_si512(pk->sc[sb][g]);
+			for (int h = 0; h < 8; h += U) {
+				__m512i u[GT];
+				MOE_UNROLL for (int t = 0; t < T; t++)
+					u[t] = zero_i();
+				MOE_UNROLL for (int j = 0; j < U; j++) {
+					const int k4 = 8 * g + h + j;
+					const __m512i wv = _mm512_load_si512(pk->q[sb][k4]);
+					MOE_UNROLL for (int t = 0; t < T; t++)
+						u[t] = _mm512_dpbusd_epi32(
+							u[t], wv, bcast32(y + t * ldx + Q8K_QS + 4 * k4));
+				}
+				MOE_UNROLL for (int t = 0; t < T; t++)
+					is[t] = _mm512_dpwssd_epi32(is[t], u[t], sc);
+			}
+			const __m512i mm = _mm512_load_si512(pk->mm[sb][g]);
+			MOE_UNROLL for (int t = 0; t < T; t++)
+				ms[t] = _mm512_dpwssd_epi32(ms[t], mm,
+							    bcast32(y + t * ldx + Q8K_BSUMS + 4 * g));
+		}
+		const __m512 d = _mm512_load_ps(pk->d[sb]), dmin = _mm512_load_ps(pk->dmin[sb]);
+		MOE_UNROLL for (int t = 0; t < T; t++) {
+			__m512 dy = _mm512_set1_ps(ldf32(y + t * ldx + Q8K_D));
+			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(d, dy), acc[t]);
+			acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms[t]), _mm512_mul_ps(dmin, dy),
+						  acc[t]);
+		}
+	}
+}
+
 
 /* Q2_K and Q3_K: 2-bit fields; element 128h + 32j + l (l < 32) is field j
  * of qs[32h + l], so step c = 0..3 (64 elements, h = c / 2) takes fields
@@ -803,12 +1081,11 @@ INLINE void q6_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 	const __m512i shr_odd = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(0),
 							_mm512_set1_epi16(2));
 	const __m512i idx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-	__m512 acc[4][6];
+	__m128 acc4[6];
 	int64_t nb = n / MOE_QK_K;
 
-	MOE_UNROLL for (int r = 0; r < R; r++)
-		MOE_UNROLL for (int t = 0; t < T; t++)
-			acc[r][t] = _mm512_setzero_ps();
+	MOE_UNROLL for (int g = 0; g < 6; g++)
+		acc4[g] = _mm_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		__m512i sc16[4], ai[4][6];
 		/* Scales as 16-bit values in the low half of each 32-bit lane
@@ -854,20 +1131,443 @@ INLINE void q6_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 					ai[r][t] = dot_scaled(ai[r][t], q, xq[t], sc);
 			}
 		}
-		MOE_UNROLL for (int r = 0; r < R; r++) {
-			const moe_block_q6_k *b = (const void *)(w + r * ldw + i * sizeof(*b));
-			float d = _cvtsh_ss(ld16((const uint8_t *)&b->d));
-			MOE_UNROLL for (int t = 0; t < T; t++) {
-				float dy = ldf32(x + t * ldx + i * Q8K_SIZE + Q8K_D);
-				acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r][t]),
-							    _mm512_set1_ps(d * dy), acc[r][t]);
-			}
+		/* isum = sum_g sc_g * (dot_g - 32 bsum_g), exact; then the
+		 * float sequence acc = fma(float(isum), d * dy, acc). */
+		__m512i c[24];
+		MOE_UNROLL for (int r = 0; r < R; r++)
+			MOE_UNROLL for (int t = 0; t < T; t++)
+				c[r * T + t] = ai[r][t];
+		MOE_UNROLL for (int o = R * T; o < (R * T + 3) / 4 * 4; o++)
+			c[o] = zero_i();
+		MOE_UNROLL for (int g = 0; g < (R * T + 3) / 4; g++) {
+#define K_D(o) ((o) < R * T ? (short)ld16(w + ((o) / T) * ldw + i * sizeof(moe_block_q6_k) + \
+					      offsetof(moe_block_q6_k, d))                      \
+			     : (short)0)
+#define K_DY(o) ((o) < R * T ? ldf32(x + ((o) % T) * ldx + i * Q8K_SIZE + Q8K_D) : 0.0f)
+			__m128 d = _mm_cvtph_ps(_mm_setr_epi16(K_D(4 * g), K_D(4 * g + 1), K_D(4 * g + 2),
+							       K_D(4 * g + 3), 0, 0, 0, 0));
+			__m128 dy = T == 1 && R * T >= 4 * g + 4
+					    ? _mm_set1_ps(K_DY(0))
+					    : _mm_setr_ps(K_DY(4 * g), K_DY(4 * g + 1), K_DY(4 * g + 2),
+							  K_DY(4 * g + 3));
+#undef K_D
+#undef K_DY
+			__m128i is, ms;
+			reduce4(c[4 * g], c[4 * g + 1], c[4 * g + 2], c[4 * g + 3], &is, &ms);
+			acc4[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_add_epi32(is, ms)), _mm_mul_ps(d, dy),
+					       acc4[g]);
 		}
 	}
-	STORE_TILE(R, T, acc, s, lds);
+	MOE_UNROLL for (int r = 0; r < R; r++)
+		MOE_UNROLL for (int t = 0; t < T; t++)
+			s[t * lds + r] = acc4[(r * T + t) / 4][(r * T + t) % 4];
 }
 
 MOE_GEMM(q6_k, 2, 4, 4)
+
+/* Q6_K through the rows-in-lanes GEMM: codes 0-63 in element order (the
+ * same 64-element steps as the tile above), 16 groups of 16 with signed
+ * scales.  A group's sum (up to 16 * 63 * 127) does not fit 16 bits, so its
+ * scale applies with a 32-bit multiply; the -32 offsets go in through the
+ * activation sums, two groups per vpdpwssd. */
+static void q6_k_unpack(kq_pack *pk, const uint8_t *w, size_t ldw, int rows, int64_t i0, int nsb)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F);
+	const __m512i shl_even = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(4),
+							 _mm512_set1_epi16(2));
+	const __m512i shr_odd = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(0),
+							_mm512_set1_epi16(2));
+	const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+
+	for (int sb = 0; sb < nsb; sb++) {
+		__m512i v[16];
+		for (int c = 0; c < 4; c++) {
+			const int h = c / 2, odd = c % 2;
+			for (int r = 0; r < 16; r++) {
+				if (r >= rows) {
+					v[r] = zero_i();
+					continue;
+				}
+				const moe_block_q6_k *b =
+					(const void *)(w + r * ldw + (i0 + sb) * sizeof(*b));
+				__m512i L = _mm512_loadu_si512(b->ql + 64 * h);
+				__m512i H = _mm512_broadcast_i64x4(
+					_mm256_loadu_si256((const void *)(b->qh + 32 * h)));
+				__m512i q;
+				if (!odd)
+					q = _mm512_ternarylogic_epi32(
+						L, _mm512_sllv_epi16(H, shl_even), m4, 0xE4);
+				else
+					q = _mm512_ternarylogic_epi32(_mm512_srli_epi16(L, 4),
+								      _mm512_srlv_epi16(H, shr_odd),
+								      m4, 0xE4);
+				v[r] = _mm512_and_si512(q, m6);
+			}
+			transpose16(v);
+			for (int j = 0; j < 16; j++)
+				_mm512_store_si512(pk->q[sb][16 * c + j], v[j]);
+		}
+		float d[16];
+		for (int r = 0; r < 16; r++) {
+			const moe_block_q6_k *b = (const void *)(w + r * ldw + (i0 + sb) * sizeof(*b));
+			v[r] = r < rows ? _mm512_cvtepi8_epi32(_mm_loadu_si128((const void *)b->scales))
+					: zero_i();
+			d[r] = r < rows ? _cvtsh_ss(ld16((const uint8_t *)&b->d)) : 0.0f;
+		}
+		transpose16(v);
+		for (int g = 0; g < 16; g++)
+			_mm512_store_si512(pk->sc[sb][g], v[g]);
+		for (int j = 0; j < 8; j++) {
+			__m512i a = _mm512_and_si512(_mm512_slli_epi32(_mm512_sub_epi32(zero_i(), v[2 * j]), 5), lo16);
+			__m512i b = _mm512_slli_epi32(_mm512_sub_epi32(zero_i(), v[2 * j + 1]), 5 + 16);
+			_mm512_store_si512(pk->mm[sb][j], _mm512_or_si512(a, b));
+		}
+		memcpy(pk->d[sb], d, sizeof(d));
+	}
+}
+
+INLINE void q6_k_rows_tile(const int T, const kq_pack *pk, int nsb, int64_t i0, const uint8_t *x,
+			   size_t ldx, __m512 acc[GT])
+{
+	for (int sb = 0; sb < nsb; sb++) {
+		const uint8_t *y = x + (i0 + sb) * Q8K_SIZE;
+		__m512i is[GT];
+		MOE_UNROLL for (int t = 0; t < T; t++)
+			is[t] = zero_i();
+		for (int j = 0; j < 8; j++) {
+			const __m512i mm = _mm512_load_si512(pk->mm[sb][j]);
+			MOE_UNROLL for (int t = 0; t < T; t++)
+				is[t] = _mm512_dpwssd_epi32(is[t], mm,
+							    bcast32(y + t * ldx + Q8K_BSUMS + 4 * j));
+		}
+		for (int g = 0; g < 16; g++) {
+			__m512i u[GT];
+			MOE_UNROLL for (int t = 0; t < T; t++)
+				u[t] = zero_i();
+			MOE_UNROLL for (int j = 0; j < 4; j++) {
+				const int k4 = 4 * g + j;
+				const __m512i wv = _mm512_load_si512(pk->q[sb][k4]);
+				MOE_UNROLL for (int t = 0; t < T; t++)
+					u[t] = _mm512_dpbusd_epi32(
+						u[t], wv, bcast32(y + t * ldx + Q8K_QS + 4 * k4));
+			}
+			const __m512i sc = _mm512_load_si512(pk->sc[sb][g]);
+			MOE_UNROLL for (int t = 0; t < T; t++)
+				is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(u[t], sc));
+		}
+		const __m512 d = _mm512_load_ps(pk->d[sb]);
+		MOE_UNROLL for (int t = 0; t < T; t++) {
+			__m512 dy = _mm512_set1_ps(ldf32(y + t * ldx + Q8K_D));
+			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(d, dy), acc[t]);
+		}
+	}
+}
+
+enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };
+
+INLINE void kq_rows_gemm(const int kind, int64_t n, int nr, int nt, const uint8_t *w, size_t ldw,
+			  const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const int64_t nb = n / MOE_QK_K;
+	kq_pack pk __attribute__((aligned(64)));
+
+	for (int r0 = 0; r0 < nr; r0 += 16) {
+		const int rows = nr - r0 < 16 ? nr - r0 : 16;
+		const __mmask16 m = (__mmask16)((1u << rows) - 1);
+		for (int64_t i0 = 0; i0 < nb; i0 += KSB) {
+			const int nsb = nb - i0 < KSB ? (int)(nb - i0) : KSB;
+			if (kind == KQ_Q6_K)
+				q6_k_unpack(&pk, w + (size_t)r0 * ldw, ldw, rows, i0, nsb);
+			else
+				k45_unpack(kind == KQ_Q5_K, &pk, w + (size_t)r0 * ldw, ldw, rows,
+					   i0, nsb);
+			for (int t0 = 0; t0 < nt; t0 += GT) {
+				const int T = nt - t0 < GT ? nt - t0 : GT;
+				float *st = s + (size_t)t0 * lds + r0;
+				const uint8_t *xt = x + (size_t)t0 * ldx;
+				__m512 acc[GT];
+				for (int t = 0; t < T; t++)
+					acc[t] = i0 ? _mm512_maskz_loadu_ps(m, st + t * lds)
+						    : _mm512_setzero_ps();
+				switch (T) {
+#define K45_CASE(TT)                                                                   \
+	case TT:                                                               \
+		if (kind == KQ_Q6_K)                                           \
+			q6_k_rows_tile(TT, &pk, nsb, i0, xt, ldx, acc);        \
+		else                                                           \
+			k45_rows_tile(kind == KQ_Q5_K, TT, &pk, nsb, i0, xt, ldx, acc); \
+		break;
+					K45_CASE(1) K45_CASE(2) K45_CASE(3) K45_CASE(4)
+					K45_CASE(5) K45_CASE(6) K45_CASE(7) K45_CASE(8)
+#undef K45_CASE
+				}
+				for (int t = 0; t < T; t++)
+					_mm512_mask_storeu_ps(st + t * lds, m, acc[t]);
+			}
+		}
+	}
+}
+
+/* Tokens from which unpacking the weights pays (it costs about as much as
+ * a few tokens' products); below, the decode tiles.  Both give the same
+ * bits. */
+#define KQ_ROWS_MIN_TOKENS 6
+
+static void q4_k_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+			  size_t ldx, float *s, size_t lds)
+{
+	if (nt >= KQ_ROWS_MIN_TOKENS)
+		kq_rows_gemm(KQ_Q4_K, n, nr, nt, w, ldw, x, ldx, s, lds);
+	else
+		q4_k_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
+static void q5_k_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+			  size_t ldx, float *s, size_t lds)
+{
+	if (nt >= KQ_ROWS_MIN_TOKENS)
+		kq_rows_gemm(KQ_Q5_K, n, nr, nt, w, ldw, x, ldx, s, lds);
+	else
+		q5_k_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
+static void q6_k_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+			  size_t ldx, float *s, size_t lds)
+{
+	if (nt >= KQ_ROWS_MIN_TOKENS)
+		kq_rows_gemm(KQ_Q6_K, n, nr, nt, w, ldw, x, ldx, s, lds);
+	else
+		q6_k_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
+/* ------------------------------------------- prefill GEMM, 32-element blocks
+ *
+ * As for the K-quants, rows in the lanes: the weights of 16 rows become
+ * signed byte values (codes with their offsets, or code-book values)
+ * interleaved as [block][k / 4][16 rows][4 bytes], with -128 * sum(w) per
+ * block and row and the scales as vectors of 16 rows; the activations of up
+ * to 128 tokens are copied once with their codes biased by 128 (vpdpbusd's
+ * unsigned operand, broadcast four at a time) and their scales as floats.
+ * Every output keeps the 16 partial sums of the decode tiles (block b into
+ * partial b % 16) and adds them up in the same tree, so batched and single
+ * results are the same bits.  The working buffers grow with the row length,
+ * so they live in moe_kernels_work_buffer; if it cannot be allocated the
+ * decode tiles do the work (same results, slower). */
+
+#define B32_TS 128 /* tokens whose activations are prepared at once */
+
+typedef struct {
+	const uint8_t *wq;    /* [nb][8][16][4] signed values */
+	const int32_t *wc;    /* [nb][16] -128 * sum of the block's values */
+	const float *wd, *wm; /* [nb][16] scales, Q4_1/Q5_1 offsets */
+	const uint8_t *xq;    /* [t][n] activation codes + 128 */
+	const float *xd;      /* [t][nb] activation scales */
+	const int32_t *xs;    /* [t][nb] Q4_1/Q5_1: sums of the codes */
+	int64_t n, nb;
+} b32_work;
+
+/* The signed values of blocks i, i+1 (two) of one row in element order. */
+INLINE __m512i b32_values(const int kind, const uint8_t *b, const int two)
+{
+	const size_t bs = b32_bsize(kind), qs = b32_qs(kind);
+	if (kind == B32_Q8_0)
+		return q8_codes(b, 0, two);
+	__m512i v = zero_i();
+	MOE_UNROLL for (int h = 0; h < 2; h++) {
+		if (h && !two)
+			break;
+		const uint8_t *p = b + h * bs;
+		__m128i q = _mm_loadu_si128((const void *)(p + qs));
+		__m256i z = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+		z = _mm256_and_si256(z, _mm256_set1_epi8(0x0F));
+		if (kind == B32_Q5_0 || kind == B32_Q5_1) {
+			const size_t qh = kind == B32_Q5_0 ? offsetof(moe_block_q5_0, qh)
+							  : offsetof(moe_block_q5_1, qh);
+			uint32_t bits;
+			memcpy(&bits, p + qh, 4);
+			z = _mm256_mask_add_epi8(z, bits, z, _mm256_set1_epi8(16));
+		}
+		if (kind == B32_IQ4_NL || kind == B32_MXFP4) {
+			const int8_t *tab = kind == B32_IQ4_NL ? moe_kvalues_iq4nl : moe_kvalues_mxfp4;
+			z = _mm256_shuffle_epi8(
+				_mm256_broadcastsi128_si256(_mm_loadu_si128((const void *)tab)), z);
+		} else if (kind == B32_Q4_0) {
+			z = _mm256_sub_epi8(z, _mm256_set1_epi8(8));
+		} else if (kind == B32_Q5_0) {
+			z = _mm256_sub_epi8(z, _mm256_set1_epi8(16));
+		}
+		v = _mm512_inserti64x4(v, z, h);
+	}
+	return v;
+}
+
+static void b32_unpack(const int kind, uint8_t *wq, int32_t *wc, float *wd, float *wm,
+		       const uint8_t *w, size_t ldw, int rows, int64_t nb)
+{
+	const size_t bs = b32_bsize(kind);
+	const int q1 = kind == B32_Q4_1 || kind == B32_Q5_1;
+	for (int64_t i = 0; i < nb; i += 2) {
+		const int two = i + 1 < nb;
+		__m512i v[16];
+		for (int r = 0; r < 16; r++)
+			v[r] = r < rows ? b32_values(kind, w + r * ldw + i * bs, two) : zero_i();
+		transpose16(v);
+		for (int j = 0; j < (two ? 16 : 8); j++)
+			_mm512_store_si512(wq + (i * 8 + j) * 64, v[j]);
+		for (int h = 0; h < 1 + two; h++) {
+			__m512i sum = zero_i();
+			for (int j = 0; j < 8; j++)
+				sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), v[8 * h + j]);
+			_mm512_store_si512(wc + (i + h) * 16,
+					   _mm512_sub_epi32(zero_i(), _mm512_slli_epi32(sum, 7)));
+		}
+	}
+	for (int64_t i = 0; i < nb; i++) {
+		for (int r = 0; r < 16; r++) {
+			const uint8_t *b = w + r * ldw + i * bs;
+			wd[i * 16 + r] = r < rows ? b32_scale(kind, b) : 0.0f;
+			if (q1)
+				wm[i * 16 + r] = r < rows ? h2f(b + 2) : 0.0f;
+		}
+	}
+}
+
+static void b32_prep(const int kind, uint8_t *xq, float *xd, int32_t *xs, const uint8_t *x,
+		     size_t ldx, int nt, int64_t n)
+{
+	const int q1 = kind == B32_Q4_1 || kind == B32_Q5_1;
+	const size_t xbs = q1 ? sizeof(moe_block_q8_1) : sizeof(moe_block_q8_0);
+	const size_t xqs = q1 ? offsetof(moe_block_q8_1, qs) : offsetof(moe_block_q8_0, qs);
+	const int64_t nb = n / MOE_QK;
+	for (int t = 0; t < nt; t++) {
+		for (int64_t i = 0; i < nb; i++) {
+			const uint8_t *a = x + t * ldx + i * xbs;
+			__m256i c = _mm256_loadu_si256((const void *)(a + xqs));
+			_mm256_store_si256((void *)(xq + t * n + i * MOE_QK),
+					   _mm256_xor_si256(c, _mm256_set1_epi8((char)0x80)));
+			xd[t * nb + i] = h2f(a);
+			if (q1) {
+				__m256i p = _mm256_maddubs_epi16(_mm256_set1_epi8(1), c);
+				__m256i q = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+				__m128i r = _mm_add_epi32(_mm256_castsi256_si128(q),
+							  _mm256_extracti128_si256(q, 1));
+				r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(1, 0, 3, 2)));
+				r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+				xs[t * nb + i] = _mm_cvtsi128_si32(r);
+			}
+		}
+	}
+}
+
+/* T tokens (from t0 of the prepared ones) x 16 rows. */
+INLINE void b32_rows_tile(const int kind, const int T, const b32_work *k, int t0, float *s,
+			  size_t lds, __mmask16 m)
+{
+	const int q1 = kind == B32_Q4_1 || kind == B32_Q5_1;
+	__m512 P[GT][16];
+	MOE_UNROLL for (int t = 0; t < T; t++)
+		for (int j = 0; j < 16; j++)
+			P[t][j] = _mm512_setzero_ps();
+	for (int64_t i = 0; i < k->nb; i++) {
+		const int j = (int)(i & 15);
+		const __m512i wc = _mm512_load_si512(k->wc + i * 16);
+		__m512i u[GT];
+		MOE_UNROLL for (int t = 0; t < T; t++)
+			u[t] = wc;
+		MOE_UNROLL for (int k4 = 0; k4 < 8; k4++) {
+			const __m512i wv = _mm512_load_si512(k->wq + (i * 8 + k4) * 64);
+			MOE_UNROLL for (int t = 0; t < T; t++)
+				u[t] = _mm512_dpbusd_epi32(
+					u[t], bcast32(k->xq + (t0 + t) * k->n + i * MOE_QK + 4 * k4), wv);
+		}
+		const __m512 wd = _mm512_load_ps(k->wd + i * 16);
+		MOE_UNROLL for (int t = 0; t < T; t++) {
+			const __m512 dx = _mm512_set1_ps(k->xd[(t0 + t) * k->nb + i]);
+			P[t][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u[t]), _mm512_mul_ps(wd, dx), P[t][j]);
+			if (q1)
+				P[t][j] = _mm512_fmadd_ps(
+					_mm512_set1_ps((float)k->xs[(t0 + t) * k->nb + i]),
+					_mm512_mul_ps(_mm512_load_ps(k->wm + i * 16), dx), P[t][j]);
+		}
+	}
+	/* hsum16's order across the partials. */
+	MOE_UNROLL for (int t = 0; t < T; t++) {
+		__m512 a[8], b[4], c[2];
+		for (int j = 0; j < 8; j++)
+			a[j] = _mm512_add_ps(P[t][j], P[t][j + 8]);
+		for (int j = 0; j < 4; j++)
+			b[j] = _mm512_add_ps(a[j], a[j + 4]);
+		for (int j = 0; j < 2; j++)
+			c[j] = _mm512_add_ps(b[j], b[j + 2]);
+		_mm512_mask_storeu_ps(s + t * lds, m, _mm512_add_ps(c[0], c[1]));
+	}
+}
+
+/* Returns false (nothing done) when the working buffer is unavailable. */
+INLINE bool b32_rows_gemm(const int kind, int64_t n, int nr, int nt, const uint8_t *w,
+			  size_t ldw, const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const int64_t nb = n / MOE_QK;
+	const int ts = nt < B32_TS ? nt : B32_TS;
+	/* wq 16n, wc wd wm 3 * 64 nb, xq ts n, xd xs 8 ts nb (all multiples of
+	 * 64 bytes when laid out in this order, n being a multiple of 32). */
+	const size_t need = 16 * (size_t)n + 192 * (size_t)nb + (size_t)ts * (size_t)n +
+			    8 * (size_t)ts * (size_t)nb + 128;
+	uint8_t *buf = moe_kernels_work_buffer(need);
+	if (!buf)
+		return false;
+	b32_work k = {0};
+	uint8_t *wq = buf;
+	int32_t *wc = (int32_t *)(wq + 16 * n);
+	float *wd = (float *)(wc + 16 * nb), *wm = wd + 16 * nb;
+	uint8_t *xq = (uint8_t *)(wm + 16 * nb);
+	float *xd = (float *)(xq + (size_t)ts * n);
+	int32_t *xs = (int32_t *)(xd + (size_t)ts * nb);
+	k = (b32_work){wq, wc, wd, wm, xq, xd, xs, n, nb};
+
+	for (int t0s = 0; t0s < nt; t0s += ts) {
+		const int tn = nt - t0s < ts ? nt - t0s : ts;
+		b32_prep(kind, xq, xd, xs, x + (size_t)t0s * ldx, ldx, tn, n);
+		for (int r0 = 0; r0 < nr; r0 += 16) {
+			const int rows = nr - r0 < 16 ? nr - r0 : 16;
+			const __mmask16 m = (__mmask16)((1u << rows) - 1);
+			b32_unpack(kind, wq, wc, wd, wm, w + (size_t)r0 * ldw, ldw, rows, nb);
+			for (int t = 0; t < tn; t += GT) {
+				const int T = tn - t < GT ? tn - t : GT;
+				float *st = s + (size_t)(t0s + t) * lds + r0;
+				switch (T) {
+#define B32_CASE(TT)                                                           \
+	case TT:                                                       \
+		b32_rows_tile(kind, TT, &k, t, st, lds, m);            \
+		break;
+					B32_CASE(1) B32_CASE(2) B32_CASE(3) B32_CASE(4)
+					B32_CASE(5) B32_CASE(6) B32_CASE(7) B32_CASE(8)
+#undef B32_CASE
+				}
+			}
+		}
+	}
+	return true;
+}
+
+#define B32_ROWS_MIN_TOKENS 4
+
+#define MOE_B32_ANY(name, kind)                                                                \
+	static void name##_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw,      \
+				    const void *x, size_t ldx, float *s, size_t lds)           \
+	{                                                                                      \
+		if (nt >= B32_ROWS_MIN_TOKENS &&                                               \
+		    b32_rows_gemm(kind, n, nr, nt, w, ldw, x, ldx, s, lds))                    \
+			return;                                                                \
+		name##_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);                                \
+	}
+MOE_B32_ANY(q8_0, B32_Q8_0)
+MOE_B32_ANY(q4_0, B32_Q4_0)
+MOE_B32_ANY(q5_0, B32_Q5_0)
+MOE_B32_ANY(q4_1, B32_Q4_1)
+MOE_B32_ANY(q5_1, B32_Q5_1)
+MOE_B32_ANY(iq4_nl, B32_IQ4_NL)
+MOE_B32_ANY(mxfp4, B32_MXFP4)
 
 /* ------------------------------------------------------------ quantisers */
 
@@ -1006,6 +1706,16 @@ void moe_kernels_fill_avx512(moe_kernels *k)
 	SET(MOE_Q2_K, q2_k);
 	SET(MOE_Q3_K, q3_k);
 #undef SET
+	k->gemm[MOE_Q4_K] = q4_k_gemm_any;
+	k->gemm[MOE_Q5_K] = q5_k_gemm_any;
+	k->gemm[MOE_Q6_K] = q6_k_gemm_any;
+	k->gemm[MOE_Q8_0] = q8_0_gemm_any;
+	k->gemm[MOE_Q4_0] = q4_0_gemm_any;
+	k->gemm[MOE_Q5_0] = q5_0_gemm_any;
+	k->gemm[MOE_Q4_1] = q4_1_gemm_any;
+	k->gemm[MOE_Q5_1] = q5_1_gemm_any;
+	k->gemm[MOE_IQ4_NL] = iq4_nl_gemm_any;
+	k->gemm[MOE_MXFP4] = mxfp4_gemm_any;
 	k->quantize_row[MOE_Q8_0] = quantize_row_q8_0;
 	k->quantize_row[MOE_Q8_1] = quantize_row_q8_1;
 	k->quantize_row[MOE_Q8_K] = quantize_row_q8_k;

@@ -6,7 +6,9 @@
  * Tables are built once, on first use; a SIMD fill function runs only after
  * the CPU was found to support its instructions (it is compiled with them).
  */
+#include <config.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "kernels/kernels_int.h"
 
@@ -14,34 +16,33 @@ static moe_kernels tables[3];
 static bool table_ok[3];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
+/* Each level's fill function, run on a copy of its parent's table (NULL:
+ * not built for this host). */
+static void (*const fill[3])(moe_kernels *) = {
+	[MOE_ISA_GENERIC] = moe_kernels_fill_generic,
+#if MOE_X86_KERNELS
+	[MOE_ISA_AVX2] = moe_kernels_fill_avx2,
+	[MOE_ISA_AVX512] = moe_kernels_fill_avx512,
+#endif
+};
+
 static void build_tables(void)
 {
 	unsigned f = moe_cpu_features();
-	const unsigned avx2 = MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C;
-	/* The AVX-512 file also uses VNNI (vpdpbusd, vpdpwssd). */
-	const unsigned avx512 = avx2 | MOE_CPU_AVX512F | MOE_CPU_AVX512BW | MOE_CPU_AVX512VL |
-				MOE_CPU_AVX512VNNI;
 
-	moe_kernels_fill_generic(&tables[MOE_ISA_GENERIC]);
-	table_ok[MOE_ISA_GENERIC] = true;
-#if defined(__x86_64__)
-	if ((f & avx2) == avx2) {
-		tables[MOE_ISA_AVX2] = tables[MOE_ISA_GENERIC];
-		moe_kernels_fill_avx2(&tables[MOE_ISA_AVX2]);
-		tables[MOE_ISA_AVX2].isa = MOE_ISA_AVX2;
-		table_ok[MOE_ISA_AVX2] = true;
+	for (int isa = 0; isa < 3; isa++) {
+		const moe_isa_info *info = moe_isa_info_get((moe_isa)isa);
+		/* Every feature the level's file was compiled for, and a
+		 * usable parent to start from. */
+		if (!info || !fill[isa] || (f & info->features) != info->features ||
+		    (info->parent >= 0 && !table_ok[info->parent]))
+			continue;
+		if (info->parent >= 0)
+			tables[isa] = tables[info->parent];
+		fill[isa](&tables[isa]);
+		tables[isa].isa = (moe_isa)isa;
+		table_ok[isa] = true;
 	}
-	if ((f & avx512) == avx512) {
-		tables[MOE_ISA_AVX512] = tables[MOE_ISA_AVX2];
-		moe_kernels_fill_avx512(&tables[MOE_ISA_AVX512]);
-		tables[MOE_ISA_AVX512].isa = MOE_ISA_AVX512;
-		table_ok[MOE_ISA_AVX512] = true;
-	}
-#else
-	(void)f;
-	(void)avx2;
-	(void)avx512;
-#endif
 }
 
 const moe_kernels *moe_kernels_for(moe_isa isa)
@@ -54,9 +55,10 @@ const moe_kernels *moe_kernels_for(moe_isa isa)
 
 const moe_kernels *moe_kernels_get(void)
 {
-	/* moe_cpu_isa() may name a level whose table is missing (an AVX-512
-	 * CPU without VNNI or BF16): take the best one below it. */
-	for (int isa = moe_cpu_isa(); isa > MOE_ISA_GENERIC; isa--) {
+	/* moe_cpu_isa() may name a level whose kernels are not built for
+	 * this host: take the nearest ancestor that is. */
+	for (int isa = moe_cpu_isa(); isa > MOE_ISA_GENERIC;
+	     isa = moe_isa_info_get((moe_isa)isa)->parent) {
 		const moe_kernels *k = moe_kernels_for((moe_isa)isa);
 		if (k)
 			return k;
@@ -83,4 +85,39 @@ int moe_kernels_check(const moe_kernels *k, int dtype, int64_t cols, moe_error *
 			       "%s weights: %lld columns do not fit the activation type %s",
 			       t->name, (long long)cols, moe_type_name(t->vec_dot_type));
 	return 0;
+}
+
+/* The per-thread work buffer of the tiled kernels: a block of memory kept
+ * by a pthread key (freed when the thread ends), grown on demand. */
+static pthread_key_t work_key;
+static bool work_key_ok;
+static pthread_once_t work_once = PTHREAD_ONCE_INIT;
+
+static void work_key_make(void)
+{
+	work_key_ok = pthread_key_create(&work_key, free) == 0;
+}
+
+void *moe_kernels_work_buffer(size_t size)
+{
+	struct header {
+		size_t cap;
+	} *h;
+	pthread_once(&work_once, work_key_make);
+	if (!work_key_ok || size > SIZE_MAX - 128)
+		return NULL;
+	h = pthread_getspecific(work_key);
+	if (!h || h->cap < size) {
+		void *p = aligned_alloc(64, (size + 64 + 63) / 64 * 64);
+		if (!p)
+			return NULL;
+		if (pthread_setspecific(work_key, p) != 0) {
+			free(p);
+			return NULL;
+		}
+		free(h);
+		h = p;
+		h->cap = size;
+	}
+	return (uint8_t *)h + 64;
 }

@@ -16,6 +16,12 @@ void moe_kernels_fill_generic(moe_kernels *k);
 void moe_kernels_fill_avx2(moe_kernels *k);
 void moe_kernels_fill_avx512(moe_kernels *k);
 
+/* A 64-byte aligned buffer of at least `size` bytes owned by the calling
+ * thread (freed when it ends; the next call may move it), or NULL when it
+ * cannot be had: the tiled kernels then fall back to their untiled form,
+ * which gives the same results. */
+void *moe_kernels_work_buffer(size_t size);
+
 /* Q4_K/Q5_K scales and mins of one super-block as two 8-byte arrays
  * (sc[0..7], m[0..7]) from the 12 packed bytes, with word arithmetic: the
  * low 6 bits of bytes 0-7 hold groups 0-3, bytes 8-11 the low nibbles of

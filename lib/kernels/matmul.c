@@ -42,8 +42,9 @@ size_t moe_matmul_scratch(int dtype, int64_t cols, int64_t n_tokens)
 }
 
 /* [*lo, *hi) = the share of thread ith of n items, in steps of `quantum`
- * (a multiple of the register tiles: 4 rows for decode, 3 and 4 for
- * prefill) so that only the last share has a ragged edge. */
+ * (a multiple of the register tiles: 4 rows for decode, 16 — the prefill
+ * GEMMs' row groups — for prefill) so that only the last share has a
+ * ragged edge. */
 static void share(int64_t n, int64_t quantum, int ith, int nth, int64_t *lo, int64_t *hi)
 {
 	int64_t units = (n + quantum - 1) / quantum;
@@ -81,11 +82,12 @@ static void compute_range(const moe_kernels *k, int dtype, const uint8_t *W, siz
 	moe_vec_dot_fn dot = k->vec_dot[dtype];
 	int64_t rb = (int64_t)(MOE_MM_L2_BYTES / (wb ? wb : 1));
 
-	/* A multiple of every tile height (3, 4) so only the last block of
-	 * a thread has leftover rows. */
-	rb -= rb % 12;
-	if (rb < 12)
-		rb = 12;
+	/* A multiple of every tile height (3 and 4 rows for the decode tiles,
+	 * 8 and 16 for the prefill GEMMs) so only the last block of a thread
+	 * has leftover rows. */
+	rb -= rb % 48;
+	if (rb < 48)
+		rb = 48;
 	/* One token: the rows stream from memory once whatever the blocking. */
 	if (t1 - t0 == 1)
 		rb = r1 - r0;
@@ -133,7 +135,7 @@ void moe_matmul_compute(const moe_kernels *k, int dtype, const void *W, int64_t 
 	/* Rows are the natural split (each thread reads its own weights); with
 	 * few rows and many tokens, split the tokens instead. */
 	if (rows >= 16 * (int64_t)nth || n_tokens < 2 * (int64_t)nth)
-		share(rows, n_tokens > 1 ? 12 : 4, ith, nth, &r0, &r1);
+		share(rows, n_tokens > 1 ? 16 : 4, ith, nth, &r0, &r1);
 	else
 		share(n_tokens, 4, ith, nth, &t0, &t1);
 	if (r0 < r1 && t0 < t1)

@@ -297,7 +297,7 @@ static void gemm_case(const moe_kernels *k, int dt)
 	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
 	const moe_type_traits *t = moe_type_get(dt);
 	const int at = t->vec_dot_type, maxr = 11, maxt = 10;
-	const int64_t n = t->block_size == MOE_QK_K ? 512 : t->block_size == 1 ? 150 : 160;
+	const int64_t n = t->block_size == MOE_QK_K ? 2304 : t->block_size == 1 ? 150 : 1120;
 	/* Odd strides: weights may sit anywhere; float activations are floats. */
 	const size_t wb = nbytes(dt, n) + 7, xb = nbytes(at, n) + (at == MOE_F32 ? 4 : 3);
 	const size_t lds = maxr + 2;
@@ -320,6 +320,13 @@ static void gemm_case(const moe_kernels *k, int dt)
 			ref_dot(dt, w + r * wb, xq + i * xb, n, &scale[i * maxr + r]);
 		}
 	}
+	/* The table's own vec_dot: the tiled kernel must give the same bits
+	 * (batch invariance, whatever the tile shape). */
+	float *own = malloc(sizeof(float) * maxr * maxt);
+	int differ = 0;
+	for (int i = 0; i < maxt; i++)
+		for (int r = 0; r < maxr; r++)
+			k->vec_dot[dt](n, &own[i * maxr + r], w + r * wb, xq + i * xb);
 	for (int nr = 0; nr <= maxr; nr++) {
 		for (int nt = 0; nt <= maxt; nt++) {
 			for (size_t i = 0; i < lds * maxt; i++)
@@ -332,6 +339,7 @@ static void gemm_case(const moe_kernels *k, int dt)
 						outside += got != -12345.0f;
 						continue;
 					}
+					differ += memcmp(&got, &own[i * maxr + r], sizeof got) != 0;
 					char what[96];
 					snprintf(what, sizeof(what), "%s %s nr=%d nt=%d r=%d t=%d",
 						 moe_isa_name(k->isa), t->name, nr, nt, r, i);
@@ -345,6 +353,9 @@ static void gemm_case(const moe_kernels *k, int dt)
 	   "%s: %s gemm matches generic vec_dot for every tile shape (%d values, worst %.2g, "
 	   "%d written outside)",
 	   t->name, moe_isa_name(k->isa), tl.cases, tl.worst, outside);
+	ok(differ == 0, "%s: %s gemm equals its own vec_dot bit for bit (%d differ)", t->name,
+	   moe_isa_name(k->isa), differ);
+	free(own);
 	free(w);
 	free(xq);
 	free(x);
@@ -575,6 +586,112 @@ static void matmul_case(const moe_kernels *k, int dt, moe_pool *pools[3], const 
 	free(scratch);
 }
 
+/* Batch invariance (the engine's guarantee): a token's row of Y is bit for
+ * bit the same whether moe_matmul computes it alone (decode), in a batch of
+ * any size (prefill, the tiled kernels), at any position in the batch, or
+ * with any number of threads. */
+static void invariance_case(const moe_kernels *k, int dt, moe_pool *pools[3])
+{
+	static const int row_counts[] = {37, 131};
+	static const struct { int first, count; } batches[] = {{0, 70}, {5, 23}, {1, 2}, {40, 17}};
+	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
+	const moe_type_traits *t = moe_type_get(dt);
+	const int64_t cols = 2304, ldx = cols + 3; /* 9 super-blocks: more than one unpacked chunk */
+	const int max_rows = 131, max_tok = 70;
+	size_t wb = nbytes(dt, cols), sb = moe_matmul_scratch(dt, cols, max_tok);
+	uint8_t *W = malloc(wb * max_rows);
+	float *X = malloc(sizeof(float) * ldx * max_tok);
+	float *Y = malloc(sizeof(float) * max_rows * max_tok);
+	float *one = malloc(sizeof(float) * max_rows * max_tok);
+	void *scratch = malloc(sb ? sb : 1);
+	int diffs = 0, runs = 0;
+
+	(void)gen;
+	for (int r = 0; r < max_rows; r++)
+		make_weights(dt, W + r * wb, cols, r % 3 == 0);
+	for (int i = 0; i < max_tok; i++)
+		make_floats(X + i * ldx, cols, i % 7 == 2 ? 1 : 0);
+	for (int ri = 0; ri < 2; ri++) {
+		int rows = row_counts[ri];
+		for (int i = 0; i < max_tok; i++)
+			moe_matmul(k, NULL, dt, W, rows, cols, X + i * ldx, ldx, 1,
+				   one + (size_t)i * max_rows, max_rows, scratch);
+		for (int bi = 0; bi < 4; bi++) {
+			for (int thi = 0; thi < 3; thi++) {
+				int first = batches[bi].first, nt = batches[bi].count;
+				moe_matmul(k, pools[thi], dt, W, rows, cols, X + first * ldx, ldx, nt,
+					   Y, max_rows, scratch);
+				runs++;
+				for (int i = 0; i < nt; i++)
+					diffs += memcmp(Y + (size_t)i * max_rows,
+							one + (size_t)(first + i) * max_rows,
+							sizeof(float) * rows) != 0;
+			}
+		}
+	}
+	ok(diffs == 0, "%s: %s batched results bit-identical to single tokens (%d runs, %d rows differ)",
+	   t->name, moe_isa_name(k->isa), runs, diffs);
+	free(W);
+	free(X);
+	free(Y);
+	free(one);
+	free(scratch);
+}
+
+static void test_invariance(void)
+{
+	static const int threads[] = {1, 2, 3};
+	moe_pool *pools[3];
+	for (int i = 0; i < 3; i++)
+		if (moe_pool_create(&pools[i], threads[i], NULL) < 0)
+			abort();
+	for (int k = 0; k < n_tables; k++)
+		for (int ti = 0; ti < N_WEIGHT_TYPES; ti++)
+			invariance_case(tables[k], weight_types[ti], pools);
+	for (int i = 0; i < 3; i++)
+		moe_pool_free(pools[i]);
+}
+
+/* The level table: parents below their children with a subset of their
+ * features, and a CPU lacking any feature a level's file is compiled for
+ * never gets that level (the AVX-512 kernels use VNNI: a CPU with AVX-512
+ * and no VNNI gets AVX2). */
+static void test_isa_table(void)
+{
+	const unsigned a512 = moe_isa_info_get(MOE_ISA_AVX512)->features;
+	const unsigned a2 = moe_isa_info_get(MOE_ISA_AVX2)->features;
+	bool sane = true;
+	for (int i = 0; i < 3; i++) {
+		const moe_isa_info *in = moe_isa_info_get((moe_isa)i);
+		sane = sane && in && (int)in->isa == i && in->parent < i;
+		if (in && in->parent >= 0)
+			sane = sane && (moe_isa_info_get((moe_isa)in->parent)->features &
+					~in->features) == 0;
+	}
+	ok(sane && !moe_isa_info_get((moe_isa)3), "level table: parents below, features nested");
+	is_int(moe_cpu_isa_for(a512), MOE_ISA_AVX512, "all avx512 features: avx512");
+	is_int(moe_cpu_isa_for(a512 & ~MOE_CPU_AVX512VNNI), MOE_ISA_AVX2,
+	       "avx512 without vnni: avx2");
+	is_int(moe_cpu_isa_for(a512 & ~MOE_CPU_AVX512BW), MOE_ISA_AVX2, "avx512 without bw: avx2");
+	is_int(moe_cpu_isa_for(a2 & ~MOE_CPU_F16C), MOE_ISA_GENERIC, "avx2 without f16c: generic");
+	is_int(moe_cpu_isa_for(0), MOE_ISA_GENERIC, "no features: generic");
+	is_int(moe_cpu_feature_parse("avx512bf16, avx512vnni,bogus"),
+	       MOE_CPU_AVX512BF16 | MOE_CPU_AVX512VNNI, "feature list parsed");
+	/* Whatever MOE_CPU_DISABLE hides (t-kernels-isa.sh), no table needs it. */
+	unsigned f = moe_cpu_features();
+	bool fits = true;
+	for (int i = 0; i < 3; i++)
+		if (moe_kernels_for((moe_isa)i))
+			fits = fits && (moe_isa_info_get((moe_isa)i)->features & ~f) == 0;
+	ok(fits, "every built table's features are present (cpu %#x)", f);
+	const char *dis = getenv("MOE_CPU_DISABLE");
+	if (dis && *dis)
+		ok((f & moe_cpu_feature_parse(dis)) == 0, "MOE_CPU_DISABLE=%s hides them", dis);
+	const char *want = getenv("MOE_TEST_EXPECT_ISA");
+	if (want && *want)
+		is_str(moe_isa_name(moe_kernels_get()->isa), want, "kernels chosen: %s", want);
+}
+
 static void test_matmul(void)
 {
 	static const int threads[] = {1, 2, 3};
@@ -681,5 +798,7 @@ int main(void)
 	test_quantizers();
 	test_to_float();
 	test_matmul();
+	test_invariance();
+	test_isa_table();
 	return tap_done();
 }
