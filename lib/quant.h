@@ -10,8 +10,12 @@
  * are the on-disk ids of UTH v1 and equal GGUF's ggml_type ids for the same
  * block layout; they are never renumbered.
  *
- * The reference quantisers are simple round-to-nearest ones (no importance
- * matrix, no scale search).  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q8_K and
+ * from_float is the simple round-to-nearest reference (the engine uses it
+ * for activations and the KV cache, where ggml's exact rounding matters).
+ * Weights are quantised with moe_quant_rows() below: a search for the
+ * scales that minimise the importance-weighted squared error.
+ *
+ * The round-to-nearest references:  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q8_K and
  * MXFP4 produce the same bytes as ggml's reference quantisers; Q4_K, Q5_K,
  * Q6_K and IQ4_NL use a simpler scale choice than ggml (bytes differ, the
  * layout is the same).  Q2_K, Q3_K, IQ4_XS and the integer types decode only.
@@ -82,5 +86,32 @@ float moe_f16_to_f32(uint16_t h);
 uint16_t moe_f32_to_f16(float f);
 float moe_bf16_to_f32(uint16_t h);
 uint16_t moe_f32_to_bf16(float f);
+
+/* ------------------------------------------------- weight quantisation
+ * (quant/search.c, quant/rows.c) */
+
+/* Quantise n elements (a multiple of the block size) of x into dst with the
+ * searching quantiser; w is NULL (all weights 1) or n non-negative
+ * importances aligned with x.  Cannot fail. */
+typedef void (*moe_quantize_fn)(const float *x, void *dst, int64_t n, const float *w);
+
+/* The searching quantiser of a dtype, or NULL if it has none (weights can be
+ * stored as f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k
+ * iq4_nl iq4_xs mxfp4). */
+moe_quantize_fn moe_quant_fn(int dtype);
+
+/* Quantise a matrix: nrows rows of ncols floats (row-major) into dst
+ * (nrows * row bytes).  imatrix: NULL or ncols per-column importances (the
+ * mean square of each input column, moe_imatrix), used for every row.
+ * Rows are split over the pool's threads (pool may be NULL: one thread).
+ * Returns 0, MOE_EUNSUPPORTED (no quantiser for dtype) or MOE_EINVAL (ncols
+ * not a multiple of the block size). */
+int moe_quant_rows(int dtype, const float *x, void *dst, int64_t nrows, int64_t ncols,
+		   const float *imatrix, moe_pool *pool, moe_error *e);
+
+/* Importance-weighted squared error sum_i w_i (x_i - y_i)^2 / sum_i w_i
+ * x_i^2 of a quantised row against the original (w NULL: ones): the
+ * relative error the planner and the tests use.  n elements. */
+double moe_quant_rel_error(const float *x, const float *y, const float *w, int64_t n);
 
 #endif

@@ -1,7 +1,12 @@
 # lib/quant.mk — the dtype traits table and reference codecs.
 noinst_HEADERS += lib/quant.h lib/quant/blocks.h
-lib_libmoecore_a_SOURCES += lib/quant/types.c lib/quant/legacy.c lib/quant/kquants.c
+lib_libmoecore_a_SOURCES += lib/quant/types.c lib/quant/legacy.c lib/quant/kquants.c \
+	lib/quant/search.c lib/quant/rows.c
 
 check_PROGRAMS += tests/unit/t-quant
 TESTS += tests/unit/t-quant
 tests_unit_t_quant_LDADD = $(MOE_LIBS)
+
+check_PROGRAMS += tests/unit/t-quant-search
+TESTS += tests/unit/t-quant-search
+tests_unit_t_quant_search_LDADD = $(MOE_LIBS)
