@@ -1,7 +1,8 @@
 # lib/quant.mk — the dtype traits table and reference codecs.
 noinst_HEADERS += lib/quant.h lib/quant/blocks.h
 lib_libmoecore_a_SOURCES += lib/quant/types.c lib/quant/legacy.c lib/quant/kquants.c \
-	lib/quant/search.c lib/quant/rows.c
+	lib/quant/search.c lib/quant/rows.c \
+	lib/quant/recipe.c lib/quant/imatrix.c lib/quant/model.c lib/quant/plan.c
 
 check_PROGRAMS += tests/unit/t-quant
 TESTS += tests/unit/t-quant

@@ -2,6 +2,7 @@
 # is man/uth.5.
 noinst_HEADERS += lib/uth.h lib/format/uth_int.h
 lib_libmoecore_a_SOURCES += lib/format/uth.c lib/format/uth_write.c
+lib_libmoecore_a_SOURCES += lib/format/uth_stream.c
 
 check_PROGRAMS += tests/unit/t-uth
 TESTS += tests/unit/t-uth

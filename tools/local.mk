@@ -3,3 +3,4 @@ noinst_HEADERS += tools/cli.h
 include tools/moe-convert.mk
 include tools/moe-run.mk
 include tools/moe-bench.mk
+include tools/moe-quant.mk
