@@ -117,8 +117,11 @@ static int dry_run(const moe_quant_opts *o, moe_error *e)
 			const moe_type_traits *tt = moe_type_get(types[i]);
 			uint64_t n = (uint64_t)t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
 			uint64_t b = n / tt->block_size * tt->type_size;
-			printf("%-40s %-7s -> %-7s %10.1f KiB\n", t->name, moe_type_name(t->dtype),
-			       tt->name, b / 1024.0);
+			printf("%-40s %-7s -> %-7s %10.1f KiB  [%u", t->name, moe_type_name(t->dtype),
+			       tt->name, b / 1024.0, t->ne[0]);
+			for (int d = 1; d < t->n_dims; d++)
+				printf(", %u", t->ne[d]);
+			printf("]\n");
 			in += t->size;
 			out += b;
 		}

@@ -131,13 +131,21 @@ static double search_scale(const float *x, const float *w, int n, int lo, int hi
 		return 0.0;
 	}
 	/* Map the extreme to either end of the grid (they differ for
-	 * asymmetric grids such as [-8, 7]). */
+	 * asymmetric grids such as [-8, 7]).  Wide grids (Q8_0, sub-scales)
+	 * have an error that is jagged in the scale, with minima about 1/hi
+	 * apart: search them finer. */
+	int nsteps = N_STEPS;
+	float step = STEP;
+	if (hi - lo > 64) {
+		nsteps = 48;
+		step = 0.25f / (float)hi;
+	}
 	for (int side = 0; side < 2; side++) {
 		int end = side ? lo : hi;
 		if (end == 0)
 			continue;
-		for (int k = -N_STEPS; k <= N_STEPS; k++) {
-			float iscale = end * (1.0f + STEP * k) / max;
+		for (int k = -nsteps; k <= nsteps; k++) {
+			float iscale = end * (1.0f + step * k) / max;
 			float d;
 			double err = fit_scale(x, w, n, iscale, lo, hi, tq, &d);
 			if (err < best) {
