@@ -11,3 +11,7 @@ tests_unit_t_quant_LDADD = $(MOE_LIBS)
 check_PROGRAMS += tests/unit/t-quant-search
 TESTS += tests/unit/t-quant-search
 tests_unit_t_quant_search_LDADD = $(MOE_LIBS)
+
+check_PROGRAMS += tests/unit/t-quant-imatrix
+TESTS += tests/unit/t-quant-imatrix
+tests_unit_t_quant_imatrix_LDADD = $(MOE_LIBS)
