@@ -42,7 +42,7 @@ meta "$T/a.uth" "m['quantization']['recipe'] == 'q4_k_m' and m['quantization']['
 ok $? "metadata: recipe, per-tensor types, the input's metadata kept"
 "$CONV" --info "$T/a.uth" >"$T/info" 2>&1; ok $? "moe-convert --info reads the output"
 grep -q "^quantization: *q4_k_m" "$T/info"; ok $? "moe-convert --info shows the recipe"
-"$CONV" --info --json "$T/a.uth" | grep -q '"blk.0.attn_v.weight": "q6_k"'; ok $? "--info --json lists per-tensor types"
+"$CONV" --info --json "$T/a.uth" | grep -q '"blk.1.attn_v.weight": "q6_k"'; ok $? "--info --json lists per-tensor types"
 
 # ---- bad input: refused, nothing left
 mkdir -p "$T/out"
