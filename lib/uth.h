@@ -182,8 +182,9 @@ typedef struct moe_uth_stream moe_uth_stream;
  * errors of moe_uth_parse (a truncated prefix is MOE_EFORMAT). */
 int moe_uth_stream_open(moe_uth_stream **out, const char *path, moe_error *e);
 const moe_uth *moe_uth_stream_info(const moe_uth_stream *s);
-/* The next n bytes of tensor i into buf.  i is the current tensor or a later
- * one (skipping tensors is not allowed: read them or use finish).  Returns 0,
+/* The next n bytes of tensor i into buf.  i is the current tensor or, once
+ * that is read to its end, the next one (nothing is skipped unchecked; read
+ * the rest with moe_uth_stream_finish).  Returns 0,
  * MOE_EIO, MOE_EFORMAT (input truncated), MOE_ECHECKSUM (at the tensor's
  * end), MOE_EINVAL (out of order / past the tensor's end). */
 int moe_uth_stream_read(moe_uth_stream *s, size_t i, void *buf, size_t n, moe_error *e);

@@ -19,3 +19,7 @@ tests_fuzz_fuzz_uth_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_uth_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_uth_LDADD = $(MOE_LIBS)
 endif
+
+check_PROGRAMS += tests/unit/t-uth-stream
+TESTS += tests/unit/t-uth-stream
+tests_unit_t_uth_stream_LDADD = $(MOE_LIBS)

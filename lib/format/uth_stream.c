@@ -28,7 +28,8 @@ struct moe_uth_stream {
 	uint8_t *image;      /* sparse image: the prefix is filled in */
 	size_t image_size;
 	uint64_t pos;        /* bytes consumed from the input */
-	size_t cur;          /* tensor being read (n_tensors: none) */
+	size_t cur;          /* tensor being read (or next to start) */
+	bool started;        /* cur has been started */
 	uint64_t cur_done;   /* bytes of it read */
 	XXH3_state_t *hash;
 };
@@ -147,7 +148,7 @@ int moe_uth_stream_open(moe_uth_stream **out, const char *path, moe_error *e)
 	rc = moe_uth_parse(s->name, s->image, file_size, &s->u, e);
 	if (rc < 0)
 		goto fail;
-	s->cur = (size_t)s->u->n_tensors;
+	s->cur = 0;
 	*out = s;
 	return 0;
 fail:
@@ -166,16 +167,19 @@ int moe_uth_stream_read(moe_uth_stream *s, size_t i, void *buf, size_t n, moe_er
 	if (i >= u->n_tensors)
 		return moe_err(e, MOE_EINVAL, "%s: no tensor %zu", s->name, i);
 	const moe_uth_tensor *t = &u->tensors[i];
-	if (s->cur != i) {
-		/* start tensor i: it must lie ahead (data follow directory order) */
-		if (s->cur < u->n_tensors && s->cur_done < u->tensors[s->cur].size)
+	if (!s->started || s->cur != i) {
+		/* start tensor i: the next one in directory (= data) order */
+		size_t next = s->started ? s->cur + 1 : 0;
+		if (s->started && s->cur_done < u->tensors[s->cur].size)
 			return moe_err(e, MOE_EINVAL, "%s: tensor '%s' was not read to its end",
 				       s->name, u->tensors[s->cur].name);
-		if (t->offset < s->pos)
-			return moe_err(e, MOE_EINVAL, "%s: tensor '%s' is behind the read position "
-				       "(a stream is read front to back)", s->name, t->name);
+		if (i != next)
+			return moe_err(e, MOE_EINVAL, "%s: tensor '%s' read out of order (tensor %zu "
+				       "is next; a stream is read front to back)", s->name, t->name,
+				       next);
 		MOE_TRY(skip(s, t->offset - s->pos, t->name, e));
 		s->cur = i;
+		s->started = true;
 		s->cur_done = 0;
 		XXH3_64bits_reset(s->hash);
 	}
@@ -204,13 +208,15 @@ int moe_uth_stream_read(moe_uth_stream *s, size_t i, void *buf, size_t n, moe_er
 int moe_uth_stream_finish(moe_uth_stream *s, moe_error *e)
 {
 	const moe_uth *u = s->u;
-	for (size_t i = 0; i < u->n_tensors; i++) {
-		if (i < s->cur || (i == s->cur && s->cur_done == u->tensors[i].size))
+	for (size_t i = s->started ? s->cur : 0; i < u->n_tensors; i++) {
+		if (s->started && i == s->cur && s->cur_done == u->tensors[i].size)
 			continue;
 		/* unread tensors: read and check them so a corrupt tail is
 		 * still reported */
 		uint8_t buf[65536];
 		uint64_t left = u->tensors[i].size;
+		if (s->started && i == s->cur)
+			left -= s->cur_done;
 		while (left > 0) {
 			size_t k = left < sizeof(buf) ? (size_t)left : sizeof(buf);
 			MOE_TRY(moe_uth_stream_read(s, i, buf, k, e));
