@@ -1,5 +1,7 @@
-/* quant.h — the weight type table: every dtype's block layout, size and
- * reference conversions to and from float.
+/* quant.h — the weight types and their quantisation: every dtype's block
+ * layout, size and reference conversions to and from float; the searching
+ * weight quantisers; recipes (which tensor gets which type); importance
+ * matrices; whole-model quantisation (moe-quant) and the per-expert planner.
  *
  * How to use: look a type up with moe_type_get(id); its block_size elements
  * are stored in type_size bytes.  to_float decodes n elements (n a multiple
@@ -15,10 +17,15 @@
  * Weights are quantised with moe_quant_rows() below: a search for the
  * scales that minimise the importance-weighted squared error.
  *
- * The round-to-nearest references:  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q8_K and
+ * The round-to-nearest references: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q8_K and
  * MXFP4 produce the same bytes as ggml's reference quantisers; Q4_K, Q5_K,
  * Q6_K and IQ4_NL use a simpler scale choice than ggml (bytes differ, the
- * layout is the same).  Q2_K, Q3_K, IQ4_XS and the integer types decode only.
+ * layout is the same).  Q2_K, Q3_K, IQ4_XS and the integer types have no
+ * from_float (moe_quant_fn has quantisers for every weight type).
+ *
+ * A model: fill a moe_quant_opts (recipe from moe_quant_recipe_find, an
+ * optional moe_imatrix from moe_imatrix_load, an optional expert plan from
+ * moe_quant_plan_experts) and call moe_quant_model.
  *
  * The block structs themselves (for kernels) are in quant/blocks.h.
  */

@@ -1,4 +1,5 @@
-# lib/quant.mk — the dtype traits table and reference codecs.
+# lib/quant.mk — the dtype traits table, reference codecs, the searching weight
+# quantisers, recipes, importance matrices, model quantisation and the expert planner.
 noinst_HEADERS += lib/quant.h lib/quant/blocks.h
 lib_libmoecore_a_SOURCES += lib/quant/types.c lib/quant/legacy.c lib/quant/kquants.c \
 	lib/quant/search.c lib/quant/rows.c \
