@@ -136,11 +136,12 @@ const char *moe_quant_recipe_names(void);
 /* A recipe, or a plain type (every matrix that type), by name
  * (case-insensitive).  0 or MOE_ENOTFOUND. */
 int moe_quant_recipe_find(const char *name, moe_quant_recipe *out);
-/* The recipe's type for a tensor of a model with n_layer layers, before the
- * row-size fallback; -1 for tensors that are kept as they are (norms,
- * biases, router, tokenizer, 1-D). */
+/* The recipe's type for a tensor of a model with n_layer layers and
+ * n_expert routed experts per layer (0: dense), before the row-size
+ * fallback; -1 for tensors that are kept as they are (norms, biases,
+ * router, tokenizer, 1-D). */
 int moe_quant_recipe_type(const moe_quant_recipe *r, const struct moe_uth_tensor *t,
-			  int n_layer);
+			  int n_layer, int n_expert);
 /* True for the roles of weight matrices (the tensors that are quantised). */
 bool moe_quant_role_is_matrix(int role);
 /* dtype, or the type used instead when rows of ne0 elements are not whole

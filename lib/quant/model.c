@@ -58,18 +58,24 @@ struct qjob {
 
 /* ----------------------------------------------------------- type choice */
 
-static int n_layers(const moe_uth *u)
+/* Layers and routed experts per layer: one more than the largest index. */
+static int n_layers(const moe_uth *u, int *n_expert)
 {
 	int n = 0;
-	for (size_t i = 0; i < u->n_tensors; i++)
-		if (u->tensors[i].layer != MOE_UTH_NONE && u->tensors[i].layer + 1 > n)
-			n = u->tensors[i].layer + 1;
+	*n_expert = 0;
+	for (size_t i = 0; i < u->n_tensors; i++) {
+		const moe_uth_tensor *t = &u->tensors[i];
+		if (t->layer != MOE_UTH_NONE && t->layer + 1 > n)
+			n = t->layer + 1;
+		if (t->expert != MOE_UTH_NONE && t->expert + 1 > *n_expert)
+			*n_expert = t->expert + 1;
+	}
 	return n;
 }
 
 int moe_quant_assign(const moe_uth *u, const moe_quant_opts *o, int *types, moe_error *e)
 {
-	int nl = n_layers(u);
+	int ne, nl = n_layers(u, &ne);
 	pcre2_code **re = NULL;
 	int rc = 0;
 	bool warned = false;
@@ -95,7 +101,7 @@ int moe_quant_assign(const moe_uth *u, const moe_quant_opts *o, int *types, moe_
 	}
 	for (size_t i = 0; i < u->n_tensors; i++) {
 		const moe_uth_tensor *t = &u->tensors[i];
-		int ty = moe_quant_recipe_type(&o->recipe, t, nl);
+		int ty = moe_quant_recipe_type(&o->recipe, t, nl, ne);
 		bool matrix = ty >= 0;
 		/* the expert plan sets the routed experts' matrices */
 		if (matrix && o->expert_types && t->expert != MOE_UTH_NONE &&

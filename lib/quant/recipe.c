@@ -94,7 +94,8 @@ static int at_least(int t, int floor)
 	return moe_quant_bpw(floor) > moe_quant_bpw(t) ? floor : t;
 }
 
-int moe_quant_recipe_type(const moe_quant_recipe *r, const moe_uth_tensor *t, int n_layer)
+int moe_quant_recipe_type(const moe_quant_recipe *r, const moe_uth_tensor *t, int n_layer,
+			  int n_expert)
 {
 	int role = t->role, i = t->layer == MOE_UTH_NONE ? 0 : t->layer, n = n_layer > 0 ? n_layer : 1;
 	int ty = r->base;
@@ -139,8 +140,18 @@ int moe_quant_recipe_type(const moe_quant_recipe *r, const moe_uth_tensor *t, in
 		}
 		break;
 	}
-	/* MoE-aware: the shared expert sees every token, so it never drops
-	 * below the recipe's high type. */
+	/* MoE-aware: attention is a small share of an MoE model, so its K and
+	 * V projections get Q8_0 and the output projection at least Q5_K
+	 * (llama-quantize does this for 8 experts; here for 8 or more). */
+	if (n_expert >= 8) {
+		if (role == MOE_UTH_ROLE_ATTN_K || role == MOE_UTH_ROLE_ATTN_V ||
+		    role == MOE_UTH_ROLE_ATTN_QKV)
+			ty = MOE_Q8_0;
+		else if (role == MOE_UTH_ROLE_ATTN_OUTPUT)
+			ty = at_least(ty, MOE_Q5_K);
+	}
+	/* The shared expert sees every token, so it never drops below the
+	 * recipe's high type. */
 	if (role == MOE_UTH_ROLE_FFN_GATE_SHEXP || role == MOE_UTH_ROLE_FFN_UP_SHEXP ||
 	    role == MOE_UTH_ROLE_FFN_DOWN_SHEXP)
 		ty = at_least(ty, r->high);

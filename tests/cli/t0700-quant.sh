@@ -102,6 +102,18 @@ for a in llama mixtral qwen2 qwen2moe qwen3 qwen3moe olmoe; do
 	done
 	rm -f "$T/r-$a".*
 done
+# 8 experts: the MoE attention rules
+if "$PYTHON3" "$GEN" --arch mixtral --shape small --n-expert 8 --n-expert-used 2 --type f16 \
+		--seed 12 --out "$T/r8" >/dev/null 2>&1 && "$CONV" "$T/r8.gguf" "$T/r8.uth" 2>/dev/null; then
+	for r in q2_k q3_k_m q4_k_m q6_k iq4_xs; do
+		"$Q" -n -t $r "$T/r8.uth" >"$T/dry" 2>"$T/err"
+		"$PYTHON3" "$QC" recipes $r "$T/dry" >"$T/res"
+		ok $? "mixtral 8 experts $r: $(tail -1 "$T/res" | sed 's/^[a-z ]* - //')"
+	done
+	grep -q "^blk.1.attn_k.weight .* -> q8_0" "$T/dry"; ok $? "8 experts: attn_k gets q8_0"
+else
+	ok 1 "mixtral 8 experts: generate"
+fi
 
 # ---- importance matrices: llama.cpp's legacy format, and a corrupt one
 "$PYTHON3" - "$T/legacy.dat" <<'EOF'

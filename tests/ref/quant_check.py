@@ -277,7 +277,7 @@ FALLBACK = {'q2_k': 'iq4_nl', 'q3_k': 'iq4_nl', 'iq4_xs': 'iq4_nl', 'q4_k': 'q5_
 	    'q5_k': 'q5_1', 'q6_k': 'q8_0'}
 
 
-def expected(recipe, name, src, ne0, n_layer):
+def expected(recipe, name, src, ne0, n_layer, n_expert=0):
 	parts = name.split('.')
 	if parts[0] == 'blk':
 		i, role = int(parts[1]), parts[2]
@@ -292,6 +292,10 @@ def expected(recipe, name, src, ne0, n_layer):
 	r = 'attn_v' if role == 'attn_qkv' else 'ffn_down' if role == 'ffn_down_shexp' else role
 	if r in rules:
 		ty = rules[r](i, n_layer)
+	if n_expert >= 8 and role in ('attn_k', 'attn_v', 'attn_qkv'):
+		ty = 'q8_0'
+	if n_expert >= 8 and role == 'attn_output' and BPW.get(ty, 0) < BPW['q5_k']:
+		ty = 'q5_k'
 	if role.endswith('_shexp') and BPW[high] > BPW[ty]:
 		ty = high
 	if ne0[0] % BLOCK[ty]:
@@ -310,8 +314,11 @@ def recipes(recipe, dry_out):
 		shape = [int(v) for v in line[line.index('[') + 1:line.index(']')].split(',')]
 		rows.append((f[0], f[1], f[3], shape))
 	n_layer = 1 + max([int(r[0].split('.')[1]) for r in rows if r[0].startswith('blk.')] + [-1])
-	bad = [(n, got, expected(recipe, n, src, sh, n_layer)) for n, src, got, sh in rows
-	       if got != expected(recipe, n, src, sh, n_layer)]
+	# routed experts: blk.L.ffn_gate.E.weight
+	n_expert = 1 + max([int(r[0].split('.')[3]) for r in rows
+			    if r[0].startswith('blk.') and r[0].split('.')[3].isdigit()] + [-1])
+	bad = [(n, got, expected(recipe, n, src, sh, n_layer, n_expert))
+	       for n, src, got, sh in rows if got != expected(recipe, n, src, sh, n_layer, n_expert)]
 	for n, got, want in bad[:10]:
 		print('# %s: %s, the table says %s' % (n, got, want))
 	print('%s - %s: %d tensors as the table says (%d differ)'
