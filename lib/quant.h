@@ -1,5 +1,7 @@
-/* quant.h — the weight type table: every dtype's block layout, size and
- * reference conversions to and from float.
+/* quant.h — the weight types and their quantisation: every dtype's block
+ * layout, size and reference conversions to and from float; the searching
+ * weight quantisers; recipes (which tensor gets which type); importance
+ * matrices; whole-model quantisation (moe-quant) and the per-expert planner.
  *
  * How to use: look a type up with moe_type_get(id); its block_size elements
  * are stored in type_size bytes.  to_float decodes n elements (n a multiple
@@ -10,11 +12,20 @@
  * are the on-disk ids of UTH v1 and equal GGUF's ggml_type ids for the same
  * block layout; they are never renumbered.
  *
- * The reference quantisers are simple round-to-nearest ones (no importance
- * matrix, no scale search).  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q8_K and
+ * from_float is the simple round-to-nearest reference (the engine uses it
+ * for activations and the KV cache, where ggml's exact rounding matters).
+ * Weights are quantised with moe_quant_rows() below: a search for the
+ * scales that minimise the importance-weighted squared error.
+ *
+ * The round-to-nearest references: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q8_K and
  * MXFP4 produce the same bytes as ggml's reference quantisers; Q4_K, Q5_K,
  * Q6_K and IQ4_NL use a simpler scale choice than ggml (bytes differ, the
- * layout is the same).  Q2_K, Q3_K, IQ4_XS and the integer types decode only.
+ * layout is the same).  Q2_K, Q3_K, IQ4_XS and the integer types have no
+ * from_float (moe_quant_fn has quantisers for every weight type).
+ *
+ * A model: fill a moe_quant_opts (recipe from moe_quant_recipe_find, an
+ * optional moe_imatrix from moe_imatrix_load, an optional expert plan from
+ * moe_quant_plan_experts) and call moe_quant_model.
  *
  * The block structs themselves (for kernels) are in quant/blocks.h.
  */
@@ -82,5 +93,158 @@ float moe_f16_to_f32(uint16_t h);
 uint16_t moe_f32_to_f16(float f);
 float moe_bf16_to_f32(uint16_t h);
 uint16_t moe_f32_to_bf16(float f);
+
+/* ------------------------------------------------- weight quantisation
+ * (quant/search.c, quant/rows.c) */
+
+/* Quantise n elements (a multiple of the block size) of x into dst with the
+ * searching quantiser; w is NULL (all weights 1) or n non-negative
+ * importances aligned with x.  Cannot fail. */
+typedef void (*moe_quantize_fn)(const float *x, void *dst, int64_t n, const float *w);
+
+/* The searching quantiser of a dtype, or NULL if it has none (weights can be
+ * stored as f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k
+ * iq4_nl iq4_xs mxfp4). */
+moe_quantize_fn moe_quant_fn(int dtype);
+
+/* Quantise a matrix: nrows rows of ncols floats (row-major) into dst
+ * (nrows * row bytes).  imatrix: NULL or ncols per-column importances (the
+ * mean square of each input column, moe_imatrix), used for every row.
+ * Rows are split over the pool's threads (pool may be NULL: one thread).
+ * Returns 0, MOE_EUNSUPPORTED (no quantiser for dtype) or MOE_EINVAL (ncols
+ * not a multiple of the block size). */
+int moe_quant_rows(int dtype, const float *x, void *dst, int64_t nrows, int64_t ncols,
+		   const float *imatrix, moe_pool *pool, moe_error *e);
+
+/* Importance-weighted squared error sum_i w_i (x_i - y_i)^2 / sum_i w_i
+ * x_i^2 of a quantised row against the original (w NULL: ones): the
+ * relative error the planner and the tests use.  n elements. */
+double moe_quant_rel_error(const float *x, const float *y, const float *w, int64_t n);
+
+/* ------------------------------------------------- recipes (quant/recipe.c) */
+
+struct moe_uth_tensor;
+
+typedef struct moe_quant_recipe {
+	const char *name; /* "q4_k_m", or a type name for a plain type */
+	int base, high;   /* the main type; the floor of the shared expert */
+	int kind;         /* private: the rule set */
+} moe_quant_recipe;
+
+/* Space-separated recipe names. */
+const char *moe_quant_recipe_names(void);
+/* A recipe, or a plain type (every matrix that type), by name
+ * (case-insensitive).  0 or MOE_ENOTFOUND. */
+int moe_quant_recipe_find(const char *name, moe_quant_recipe *out);
+/* The recipe's type for a tensor of a model with n_layer layers and
+ * n_expert routed experts per layer (0: dense), before the row-size
+ * fallback; -1 for tensors that are kept as they are (norms, biases,
+ * router, tokenizer, 1-D). */
+int moe_quant_recipe_type(const moe_quant_recipe *r, const struct moe_uth_tensor *t,
+			  int n_layer, int n_expert);
+/* True for the roles of weight matrices (the tensors that are quantised). */
+bool moe_quant_role_is_matrix(int role);
+/* dtype, or the type used instead when rows of ne0 elements are not whole
+ * blocks of it (K-quants -> IQ4_NL / Q5_0 / Q5_1 / Q8_0, then F16). */
+int moe_quant_fallback(int dtype, uint32_t ne0);
+/* Bits per weight of a dtype (0 if unknown). */
+double moe_quant_bpw(int dtype);
+
+/* --------------------------------------- importance matrix (quant/imatrix.c)
+ * Per tensor name, the mean square of each input column over the rows
+ * (tokens) the tensor multiplied.  The forward pass calls moe_imatrix_add
+ * with the input rows of every weight product (for an expert's tensor, only
+ * the tokens routed to it; name = the UTH tensor name). */
+typedef struct moe_imatrix moe_imatrix;
+
+int moe_imatrix_new(moe_imatrix **out, moe_error *e);
+void moe_imatrix_free(moe_imatrix *m);
+/* Accumulate n_rows rows of n_cols activations x (row-major).  MOE_EINVAL
+ * when n_cols differs from earlier calls for the name; MOE_ENOMEM. */
+int moe_imatrix_add(moe_imatrix *m, const char *name, const float *x, int64_t n_rows,
+		    int64_t n_cols, moe_error *e);
+/* Mean squares of a tensor's n_cols columns (NULL if absent or another
+ * width); *rows (may be NULL) gets the rows accumulated. */
+const float *moe_imatrix_get(const moe_imatrix *m, const char *name, int64_t n_cols,
+			     uint64_t *rows);
+/* As moe_imatrix_get, also finding expert `expert` of layer `layer` as a
+ * slice of llama.cpp's merged "blk.L.<role>_exps.weight". */
+const float *moe_imatrix_for(const moe_imatrix *m, const char *name, int layer, int expert,
+			     const char *role, int64_t n_cols);
+size_t moe_imatrix_count(const moe_imatrix *m);
+/* Write our format (atomically; "-" = stdout).  0 or MOE_EIO/MOE_ENOMEM. */
+int moe_imatrix_save(const moe_imatrix *m, const char *path, moe_error *e);
+/* Read our format or llama.cpp's legacy imatrix.dat (detected by the
+ * magic).  MOE_EIO, MOE_EFORMAT / MOE_ECHECKSUM naming the file and field. */
+int moe_imatrix_load(moe_imatrix **out, const char *path, moe_error *e);
+
+/* ----------------------------------------- whole models (quant/model.c) */
+
+typedef struct moe_uth moe_uth;
+
+typedef struct moe_quant_tensor_type {
+	const char *regex; /* PCRE2, matched anywhere in the tensor name */
+	int dtype;
+} moe_quant_tensor_type;
+
+/* Called after every piece written: the tensor, bytes done / total. */
+typedef void (*moe_quant_progress_fn)(void *ctx, const char *tensor, uint64_t done,
+				      uint64_t total);
+
+typedef struct moe_quant_opts {
+	const char *in, *out;          /* UTH paths or "-" */
+	moe_quant_recipe recipe;
+	const moe_quant_tensor_type *tensor_types; /* first match wins */
+	size_t n_tensor_types;
+	const moe_imatrix *imatrix;    /* NULL: unweighted */
+	const char *imatrix_name;      /* for the metadata */
+	const int *expert_types;       /* [plan_n_layer][plan_n_expert] dtype or -1 */
+	int plan_n_layer, plan_n_expert;
+	const char *plan_desc;         /* for the metadata */
+	bool allow_requantize;
+	int threads;
+	moe_quant_progress_fn progress;
+	void *progress_ctx;
+} moe_quant_opts;
+
+typedef struct moe_quant_result {
+	size_t n_tensors, n_quantized;
+	uint64_t in_bytes, out_bytes;
+} moe_quant_result;
+
+/* The output type of every tensor of u (types[u->n_tensors]): recipe, then
+ * the expert plan, then the first matching --tensor-type, then the row-size
+ * fallback; non-matrices keep their type.  MOE_EINVAL for a bad regex or an
+ * already quantised tensor that would change type without
+ * allow_requantize. */
+int moe_quant_assign(const moe_uth *u, const moe_quant_opts *o, int *types, moe_error *e);
+
+/* Quantise o->in into o->out (atomically; no output is left on error).
+ * Returns 0 or the first error (input format, checksum, truncation, I/O). */
+int moe_quant_model(const moe_quant_opts *o, moe_quant_result *res, moe_error *e);
+
+/* ----------------------------------- per-expert precision (quant/plan.c) */
+
+typedef struct moe_quant_plan {
+	int n_layer, n_expert;
+	int *types;          /* [n_layer][n_expert] dtype, -1 for absent experts */
+	double *freq;        /* [n_layer][n_expert] routing frequency */
+	uint64_t size;       /* predicted output file bytes */
+	double cost;         /* sum of frequency x weighted squared error */
+	double cost_uniform; /* the same with every expert at the recipe's type */
+	uint64_t size_uniform; /* predicted bytes with the recipe's types */
+} moe_quant_plan;
+
+/* Choose each routed expert's type from the ladder (ascending bits;
+ * ladder[0] must be the smallest) so that the expected error — routing
+ * frequency x the expert's importance-weighted squared quantisation error,
+ * measured by quantising sampled rows — is least while the whole output
+ * stays within `size` bytes.  o gives the input (a file: it is read twice),
+ * recipe, imatrix and overrides for everything else.  profile is a
+ * moe-bench --expert-stats JSON file.  MOE_EINVAL when even the smallest
+ * rung does not fit. */
+int moe_quant_plan_experts(const moe_quant_opts *o, const char *profile, uint64_t size,
+			   const int *ladder, int n_ladder, moe_quant_plan *plan, moe_error *e);
+void moe_quant_plan_free(moe_quant_plan *plan);
 
 #endif

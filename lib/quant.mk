@@ -1,7 +1,18 @@
-# lib/quant.mk — the dtype traits table and reference codecs.
+# lib/quant.mk — the dtype traits table, reference codecs, the searching weight
+# quantisers, recipes, importance matrices, model quantisation and the expert planner.
 noinst_HEADERS += lib/quant.h lib/quant/blocks.h
-lib_libmoecore_a_SOURCES += lib/quant/types.c lib/quant/legacy.c lib/quant/kquants.c
+lib_libmoecore_a_SOURCES += lib/quant/types.c lib/quant/legacy.c lib/quant/kquants.c \
+	lib/quant/search.c lib/quant/rows.c \
+	lib/quant/recipe.c lib/quant/imatrix.c lib/quant/model.c lib/quant/plan.c
 
 check_PROGRAMS += tests/unit/t-quant
 TESTS += tests/unit/t-quant
 tests_unit_t_quant_LDADD = $(MOE_LIBS)
+
+check_PROGRAMS += tests/unit/t-quant-search
+TESTS += tests/unit/t-quant-search
+tests_unit_t_quant_search_LDADD = $(MOE_LIBS)
+
+check_PROGRAMS += tests/unit/t-quant-imatrix
+TESTS += tests/unit/t-quant-imatrix
+tests_unit_t_quant_imatrix_LDADD = $(MOE_LIBS)

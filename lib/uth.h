@@ -166,6 +166,34 @@ const void *moe_uth_data(const moe_uth *u, const moe_uth_tensor *t);
 /* Unmap and free; NULL is fine. */
 void moe_uth_close(moe_uth *u);
 
+/* -------------------------------------------------------- stream reader */
+
+/* Reading a UTH file front to back (a pipe, or a file without mapping it;
+ * lib/format/uth_stream.c).  moe_uth_stream_open reads and validates
+ * everything before the data (the checks of moe_uth_open); the directory is
+ * then available from moe_uth_stream_info (its tensors' data are NOT mapped:
+ * never call moe_uth_data on it).  Data are read with moe_uth_stream_read in
+ * directory order, in pieces of any size; a tensor's checksum is checked
+ * when its last byte is read.  moe_uth_stream_finish reads (and checks) what
+ * is left and refuses trailing bytes. */
+typedef struct moe_uth_stream moe_uth_stream;
+
+/* path "-" reads standard input.  Returns 0, MOE_EIO, MOE_ENOMEM, or the
+ * errors of moe_uth_parse (a truncated prefix is MOE_EFORMAT). */
+int moe_uth_stream_open(moe_uth_stream **out, const char *path, moe_error *e);
+const moe_uth *moe_uth_stream_info(const moe_uth_stream *s);
+/* The next n bytes of tensor i into buf.  i is the current tensor or, once
+ * that is read to its end, the next one (nothing is skipped unchecked; read
+ * the rest with moe_uth_stream_finish).  Returns 0,
+ * MOE_EIO, MOE_EFORMAT (input truncated), MOE_ECHECKSUM (at the tensor's
+ * end), MOE_EINVAL (out of order / past the tensor's end). */
+int moe_uth_stream_read(moe_uth_stream *s, size_t i, void *buf, size_t n, moe_error *e);
+/* Read to the declared end, checking remaining tensors; MOE_EFORMAT on
+ * trailing data or a truncated tail. */
+int moe_uth_stream_finish(moe_uth_stream *s, moe_error *e);
+/* NULL is fine; closes the file it opened (never stdin). */
+void moe_uth_stream_close(moe_uth_stream *s);
+
 /* ---------------------------------------------------------------- writer */
 
 /* Produce bytes [off, off + n) of a tensor's data into buf.  Called with

@@ -2,6 +2,7 @@
 # is man/uth.5.
 noinst_HEADERS += lib/uth.h lib/format/uth_int.h
 lib_libmoecore_a_SOURCES += lib/format/uth.c lib/format/uth_write.c
+lib_libmoecore_a_SOURCES += lib/format/uth_stream.c
 
 check_PROGRAMS += tests/unit/t-uth
 TESTS += tests/unit/t-uth
@@ -18,3 +19,7 @@ tests_fuzz_fuzz_uth_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_uth_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_uth_LDADD = $(MOE_LIBS)
 endif
+
+check_PROGRAMS += tests/unit/t-uth-stream
+TESTS += tests/unit/t-uth-stream
+tests_unit_t_uth_stream_LDADD = $(MOE_LIBS)

@@ -825,6 +825,8 @@ static json_t *summarise(const char *path, const char *format, const json_t *met
 	json_object_set(info, "chat_template", json_object_get(meta, "chat_template"));
 	if (json_object_get(meta, "provenance"))
 		json_object_set(info, "provenance", json_object_get(meta, "provenance"));
+	if (json_object_get(meta, "quantization")) /* recipe and types (moe-quant) */
+		json_object_set(info, "quantization", json_object_get(meta, "quantization"));
 	return info;
 }
 
@@ -969,5 +971,11 @@ char *moe_model_info_text(const json_t *info)
 	}
 	const json_t *ct = json_object_get(info, "chat_template");
 	appendf(&buf, &len, &cap, "chat template: %s\n", json_is_string(ct) ? "yes" : "none");
+	const json_t *q = json_object_get(info, "quantization");
+	const char *qr = json_string_value(json_object_get(q, "recipe"));
+	const char *qi = json_string_value(json_object_get(q, "imatrix"));
+	if (qr && strcmp(qr, "as-converted") != 0) /* set by moe-quant */
+		appendf(&buf, &len, &cap, "quantization:  %s%s%s\n", qr, qi ? ", imatrix " : "",
+			qi ? qi : "");
 	return buf;
 }
