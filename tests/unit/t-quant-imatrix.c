@@ -129,7 +129,7 @@ static void test_legacy(void)
 	write_file(path, buf, 3);
 	ok(moe_imatrix_load(&m, path, &e) < 0, "3-byte file refused");
 	snprintf(path, sizeof(path), "%s/missing", dir);
-	is_int(moe_imatrix_load(&m, path, &e), MOE_EIO, "missing file: MOE_EIO");
+	is_int(moe_imatrix_load(&m, path, &e), MOE_ENOTFOUND, "missing file: MOE_ENOTFOUND");
 }
 
 int main(void)
