@@ -265,14 +265,17 @@ static void test_roles(void)
 	for (int i = 1; i < MOE_UTH_ROLE_COUNT; i++)
 		if (!moe_uth_role_name(i) || moe_uth_role_from_name(moe_uth_role_name(i)) != i)
 			bad++;
-	is_int(bad, 0, "role ids 1..48 round-trip through their names");
-	is_int(MOE_UTH_ROLE_COUNT, 49, "48 roles");
+	is_int(bad, 0, "role ids 1..54 round-trip through their names");
+	is_int(MOE_UTH_ROLE_COUNT, 55, "54 roles");
 	is_str(moe_uth_role_name(1), "token_embd", "role 1");
 	is_str(moe_uth_role_name(18), "ffn_gate_inp", "role 18 (router)");
 	is_str(moe_uth_role_name(28), "tokenizer_merge_offsets", "role 28");
 	is_str(moe_uth_role_name(42), "ffn_exp_probs_b", "role 42");
 	is_str(moe_uth_role_name(47), "ffn_post_norm", "role 47");
 	is_str(moe_uth_role_name(48), "other", "role 48");
+	is_str(moe_uth_role_name(49), "attn_sinks", "role 49");
+	is_str(moe_uth_role_name(52), "ffn_down_bias", "role 52");
+	is_str(moe_uth_role_name(54), "rope_factors_long", "role 54");
 	ok(moe_uth_role_name(0) == NULL && moe_uth_role_name(49) == NULL &&
 		   moe_uth_role_name(-1) == NULL, "roles 0, 49, -1 unknown");
 	is_int(moe_uth_role_from_name("attn_kv_a_mqa"), 37, "attn_kv_a_mqa is 37");
