@@ -149,6 +149,12 @@ typedef struct moe_hparams {
 	moe_hparams_source source;
 } moe_hparams;
 
+/* The fields issue 14 added, at their neutral values (ordinary attention
+ * scaled by 1/sqrt(head_dim) — set head_dim first —, no groups, top-k
+ * router, YaRN betas 32/1, RoPE magnitude 1, no window, SiLU): for code
+ * that fills a moe_hparams by hand, and for UTH files without them. */
+void moe_hparams_set_defaults14(moe_hparams *hp);
+
 /* From GGUF keys ({arch}.embedding_length, ...). Tensor shapes are used
  * where keys are optional (vocabulary size, FFN widths, tied output).
  * MOE_EUNSUPPORTED names the supported architectures; MOE_EFORMAT a

@@ -44,7 +44,7 @@ static const struct { const char *uth, *gguf, *hf; } field_names[] = {
 			"moe_intermediate_size' / 'intermediate_size"},
 	[F_N_EXPERT_SHARED] = {"n_expert_shared", "expert_shared_count", "n_shared_experts"},
 	[F_N_FF_SHEXP] = {"n_ff_shexp", "(ffn_up_shexp.weight rows)",
-			  "shared_expert_intermediate_size"},
+			  "shared_expert_intermediate_size' / 'shared_intermediate_size"},
 	[F_N_LAYER_DENSE_LEAD] = {"n_layer_dense_lead", "leading_dense_block_count",
 				  "first_k_dense_replace"},
 	[F_N_ROT] = {"rope.n_rot", "rope.dimension_count", "partial_rotary_factor"},
@@ -74,7 +74,7 @@ static const struct { const char *uth, *gguf, *hf; } field_names[] = {
 	[F_BETA_FAST] = {"rope.beta_fast", "rope.scaling.yarn_beta_fast", "rope_scaling.beta_fast"},
 	[F_BETA_SLOW] = {"rope.beta_slow", "rope.scaling.yarn_beta_slow", "rope_scaling.beta_slow"},
 	[F_YARN_LOG_MUL] = {"rope.yarn_log_multiplier", "rope.scaling.yarn_log_multiplier",
-			    "rope_scaling.mscale_all_dim"},
+			    "rope_scaling.mscale_all_dim' (x 0.1"},
 	[F_ROPE_MSCALE] = {"rope.mscale", "rope.scaling.attn_factor",
 			   "rope_scaling.attention_factor' / 'short_mscale"},
 	[F_ROPE_MSCALE_LONG] = {"rope.mscale_long", "rope.scaling.attn_factor",
@@ -443,6 +443,15 @@ static int tc_issue14(tcheck *c, moe_error *e)
 				      hp->n_head, F_HEAD_DIM_V, e));
 		}
 		bool is_moe = hp->n_expert > 0 && il >= hp->n_layer_dense_lead;
+		if (is_moe && hp->n_ff_shexp) {
+			uint64_t E = hp->n_embd, S = hp->n_ff_shexp;
+			MOE_TRY(tc_matrix(c, NAME("blk.%u.ffn_gate_shexp.weight", il), S, E, true,
+					  F_N_FF_SHEXP, e));
+			MOE_TRY(tc_matrix(c, NAME("blk.%u.ffn_up_shexp.weight", il), S, E, true,
+					  F_N_FF_SHEXP, e));
+			MOE_TRY(tc_matrix(c, NAME("blk.%u.ffn_down_shexp.weight", il), E, S, true,
+					  F_N_FF_SHEXP, e));
+		}
 		for (uint32_t x = 0; hp->expert_bias && is_moe && x < hp->n_expert; x++) {
 			MOE_TRY(tc_vector(c, NAME("blk.%u.ffn_gate.%u.bias", il, x), hp->n_ff_exp, true,
 					  F_N_FF_EXP, e));

@@ -14,6 +14,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+void moe_hparams_set_defaults14(moe_hparams *hp)
+{
+	hp->attention = MOE_ATTN_MHA;
+	hp->kq_scale = hp->head_dim ? 1.0 / sqrt((double)hp->head_dim) : 1.0;
+	hp->expert_groups = hp->expert_groups_used = 1;
+	hp->expert_group_score = MOE_GROUP_SCORE_MAX;
+	hp->expert_router = MOE_ROUTER_TOPK;
+	hp->router_jitter_eps = 0.01;
+	hp->rope_beta_fast = 32.0;
+	hp->rope_beta_slow = 1.0;
+	hp->rope_yarn_log_mul = 0.0;
+	hp->rope_yarn_truncate = true;
+	hp->rope_mscale = hp->rope_mscale_long = 1.0;
+	hp->sliding_window = 0;
+	memset(hp->sliding_layers, 0, sizeof hp->sliding_layers);
+	hp->attn_sinks = hp->expert_bias = false;
+	hp->ffn_act = MOE_ACT_SILU;
+	hp->swiglu_alpha = 1.702;
+	hp->swiglu_limit = 7.0;
+}
+
 static void defaults(moe_hparams *hp, const moe_arch_info *a)
 {
 	memset(hp, 0, sizeof *hp);
@@ -27,15 +48,8 @@ static void defaults(moe_hparams *hp, const moe_arch_info *a)
 	hp->expert_weights_scale = 1.0;
 	hp->embedding_scale = hp->residual_scale = hp->attention_scale = hp->logit_scale = 1.0;
 	hp->rope_factor = 1.0;
+	moe_hparams_set_defaults14(hp);
 	hp->kq_scale = 0; /* set by finish(): it depends on the head size */
-	hp->expert_groups = hp->expert_groups_used = 1;
-	hp->router_jitter_eps = 0.01;
-	hp->rope_beta_fast = 32.0;
-	hp->rope_beta_slow = 1.0;
-	hp->rope_yarn_truncate = true;
-	hp->rope_mscale = hp->rope_mscale_long = 1.0;
-	hp->swiglu_alpha = 1.702;
-	hp->swiglu_limit = 7.0;
 }
 
 /* YaRN's attention factor for a context `factor` times longer: 0.1 ln(s) + 1
@@ -63,7 +77,9 @@ static void finish(moe_hparams *hp, const moe_arch_info *a)
 		if (hp->rope_scaling == MOE_ROPE_SCALING_YARN && hp->rope_factor > 1.0)
 			m = 1.0 + (double)(float)hp->rope_yarn_log_mul * log((double)(float)hp->rope_factor);
 		hp->kq_scale = hp->head_dim ? m * m / sqrt((double)hp->head_dim) : 1.0;
-		if (hp->expert_groups <= 1 || hp->expert_groups_used >= hp->expert_groups) {
+		/* all groups kept = no group limit (a count above the groups is
+		 * left for moe_hparams_check to refuse) */
+		if (hp->expert_groups <= 1 || hp->expert_groups_used == hp->expert_groups) {
 			hp->expert_groups = hp->expert_groups_used = 1;
 			hp->expert_group_score = hp->gating == MOE_GATING_SIGMOID
 							 ? MOE_GROUP_SCORE_TOP2SUM
@@ -437,6 +453,14 @@ static int hf_from_config(moe_hparams *hp, const json_t *cfg, bool has_lm_head, 
 		json_t *sf = json_object_get(cfg, "scoring_func");
 		if (json_is_string(sf) && !strcmp(json_string_value(sf), "sigmoid"))
 			hp->gating = MOE_GATING_SIGMOID;
+		/* DeepSeek-V3's configuration class defaults to sigmoid scoring */
+		if (!json_is_string(sf) && !strcmp(hf_arch, "DeepseekV3ForCausalLM"))
+			hp->gating = MOE_GATING_SIGMOID;
+		if (json_is_string(sf) && strcmp(json_string_value(sf), "sigmoid") &&
+		    strcmp(json_string_value(sf), "softmax"))
+			return moe_err(e, MOE_EUNSUPPORTED, "config.json: scoring_func '%s' is not "
+							    "supported (softmax, sigmoid)",
+				       json_string_value(sf));
 	} else {
 		hp->n_ff = inter;
 	}
@@ -753,16 +777,7 @@ static int from_json_issue14(moe_hparams *hp, const json_t *o, const json_t *rop
 	static const char *const acts[] = {"silu", "swiglu_oai", NULL};
 	/* what the engine computed before these fields existed (the files of
 	 * that time that it ran: ordinary attention scaled by 1/sqrt(head)) */
-	hp->attention = MOE_ATTN_MHA;
-	hp->kq_scale = hp->head_dim ? 1.0 / sqrt((double)hp->head_dim) : 1.0;
-	hp->expert_groups = hp->expert_groups_used = 1;
-	hp->router_jitter_eps = 0.01;
-	hp->rope_beta_fast = 32.0;
-	hp->rope_beta_slow = 1.0;
-	hp->rope_yarn_truncate = true;
-	hp->rope_mscale = hp->rope_mscale_long = 1.0;
-	hp->swiglu_alpha = 1.702;
-	hp->swiglu_limit = 7.0;
+	moe_hparams_set_defaults14(hp);
 	int v = (int)hp->attention;
 	MOE_TRY(jopt_enum(o, "attention", attn, &v, e));
 	hp->attention = (moe_attention)v;
