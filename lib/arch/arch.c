@@ -43,7 +43,7 @@ static const moe_arch_info arch_table[] = {
 	{"phimoe", "phimoe", hf_phimoe, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_LAYER, true, false,
 	 false},
 	{"granitemoe", "granitemoe", hf_granitemoe, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,
-	 true, true, false},
+	 true, true, true},
 	{"gpt-oss", "gpt-oss", hf_gptoss, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_RMS, true, false,
 	 false},
 };
@@ -82,7 +82,7 @@ const char *moe_arch_supported_list(void)
 
 const char *moe_arch_runnable_list(void)
 {
-	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe";
+	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe";
 }
 
 /* ------------------------------------------------------- tensor names */

@@ -795,6 +795,10 @@ static int from_json_issue14(moe_hparams *hp, const json_t *o, const json_t *rop
 	MOE_TRY(jopt_f64(rope, "beta_slow", &hp->rope_beta_slow, e));
 	MOE_TRY(jopt_f64(rope, "yarn_log_multiplier", &hp->rope_yarn_log_mul, e));
 	MOE_TRY(jopt_bool(rope, "yarn_truncate", &hp->rope_yarn_truncate, e));
+	/* YaRN's default attention factor, which is what the engine applied
+	 * before the field existed */
+	if (hp->rope_scaling == MOE_ROPE_SCALING_YARN)
+		hp->rope_mscale = yarn_default_mscale((double)(float)hp->rope_factor);
 	MOE_TRY(jopt_f64(rope, "mscale", &hp->rope_mscale, e));
 	hp->rope_mscale_long = hp->rope_mscale;
 	MOE_TRY(jopt_f64(rope, "mscale_long", &hp->rope_mscale_long, e));

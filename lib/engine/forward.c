@@ -197,7 +197,10 @@ static void attn_worker(void *arg, int ith, int nth)
 	const moe_kernels *k = eng->k;
 	int H = (int)hp->n_head, hd = (int)hp->head_dim, hdv = (int)hp->head_dim_v;
 	int group = H / (int)hp->n_head_kv, bt = eng->kv.block_tokens;
-	float scale = 1.0f / sqrtf((float)hd);
+	/* the model's own q.k multiplier where it has one (Granite's
+	 * attention_scale), else 1/sqrt(hd) computed as before */
+	float scale = fabs(hp->kq_scale * sqrt((double)hd) - 1.0) > 1e-6 ? (float)hp->kq_scale
+									  : 1.0f / sqrtf((float)hd);
 	float *scores = eng->att_scratch + (size_t)ith * eng->att_stride;
 	float *vrow = scores + eng->n_ctx;
 	void *qx = eng->q_scratch + (size_t)ith * eng->q_bytes;
@@ -315,8 +318,9 @@ static void attention(moe_engine *eng, int il, int B)
 	attn_job j = {eng, il, B};
 	moe_pool_run(eng->pool, attn_worker, &j);
 	matmul(eng, &L->wo, il, eng->att, B, eng->tmp, E);
+	float rs = (float)hp->residual_scale; /* Granite; 1 (exact) elsewhere */
 	for (int64_t i = 0; i < B * E; i++)
-		eng->x[i] += eng->tmp[i];
+		eng->x[i] += eng->tmp[i] * rs;
 }
 
 /* ----------------------------------------------------------------- FFN */
@@ -578,7 +582,7 @@ static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
 				s += eo[(int64_t)c * E + q];
 			if (shared)
 				s += eng->shared_out[(int64_t)t * E + q];
-			x[q] += s;
+			x[q] += s * (float)hp->residual_scale;
 		}
 	}
 	return 0;
@@ -595,7 +599,7 @@ static int ffn(moe_engine *eng, int il, int B, moe_error *e)
 		return moe_ffn(eng, il, B, e);
 	swiglu_ffn(eng, il, -1, &L->ffn_gate, &L->ffn_up, &L->ffn_down, eng->xn, B, eng->tmp);
 	for (int64_t i = 0; i < (int64_t)B * E; i++)
-		eng->x[i] += eng->tmp[i];
+		eng->x[i] += eng->tmp[i] * (float)hp->residual_scale;
 	return 0;
 }
 
@@ -612,6 +616,9 @@ int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
 		row_to_float(eng, m->tok_embd.dtype,
 			     (const uint8_t *)m->tok_embd.data + (size_t)st[t].id * m->tok_embd.row_bytes,
 			     eng->x + t * E, E);
+	if (hp->embedding_scale != 1.0) /* Granite's embedding multiplier */
+		for (int64_t i = 0; i < (int64_t)B * E; i++)
+			eng->x[i] *= (float)hp->embedding_scale;
 	rope_tables(eng, st, B);
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		attention(eng, (int)il, B);
@@ -628,6 +635,9 @@ int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
 		return 0;
 	uint32_t nv = hp->n_vocab;
 	matmul(eng, &m->output, -1, eng->xn, n, eng->out_rows, nv);
+	if (hp->logit_scale != 1.0) /* Granite divides the logits */
+		for (size_t i = 0; i < (size_t)n * nv; i++)
+			eng->out_rows[i] /= (float)hp->logit_scale;
 	for (int i = 0; i < n; i++)
 		memcpy(st[eng->want[i]].logits, eng->out_rows + (size_t)i * nv, nv * sizeof(float));
 	return 0;

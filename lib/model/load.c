@@ -14,7 +14,7 @@
 static bool arch_runs(const char *arch)
 {
 	static const char *const ok[] = {"llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "olmoe",
-					 NULL};
+					 "granitemoe", NULL};
 	for (int i = 0; ok[i]; i++)
 		if (!strcmp(arch, ok[i]))
 			return true;
@@ -189,7 +189,7 @@ int moe_model_load(moe_model **out, const char *path, moe_error *e)
 	if (!arch_runs(m->hp.arch)) {
 		rc = moe_err(e, MOE_EUNSUPPORTED,
 			     "%s: architecture '%s' can be converted but not run yet (runs: llama, "
-			     "mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe)",
+			     "mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe)",
 			     path, m->hp.arch);
 		goto fail;
 	}

@@ -113,6 +113,12 @@ set -- "$@" "qwen2moe-bf16 qwen2moe bf16 tiny $((S + 20))" \
 	"qwen2moe-q4_0 qwen2moe q4_0 tiny $((S + 21))" \
 	"qwen2moe-q5_k qwen2moe q5_k small $((S + 22))" \
 	"qwen2moe-q4_k_m qwen2moe q4_k_m small $((S + 23))"
+# issue 14: Granite MoE (multipliers; the shared-expert variant)
+set -- "$@" "granitemoe-f32 granitemoe f32 tiny $((S + 30))" \
+	"granitemoeshared-f32 granitemoeshared f32 tiny $((S + 31))" \
+	"granitemoe-q8_0 granitemoe q8_0 tiny $((S + 32))" \
+	"granitemoeshared-bf16 granitemoeshared bf16 tiny $((S + 33))" \
+	"granitemoeshared-q4_k granitemoeshared q4_k small $((S + 34))"
 
 # two models at a time (2 cores: one's Python while the other's engine runs)
 i=0

@@ -449,8 +449,10 @@ static void test_json14(void)
 	json_object_del(rope, "mscale_long");
 	rc = moe_hparams_from_json(&b, j, &e);
 	ok(rc == 0 && b.attention == MOE_ATTN_MHA && fabs(b.kq_scale - 0.5) < 1e-7 &&
-	   b.sliding_window == 0 && !b.attn_sinks && b.ffn_act == MOE_ACT_SILU && b.rope_mscale == 1.0,
-	   "without them (an older file): the neutral defaults (%s)", e.msg);
+	   b.sliding_window == 0 && !b.attn_sinks && b.ffn_act == MOE_ACT_SILU &&
+	   fabs(b.rope_mscale - (0.1 * log(8.0) + 1)) < 1e-6,
+	   "without them (an older file): the neutral defaults, YaRN's mscale as the engine "
+	   "applied it (%s)", e.msg);
 	json_decref(j);
 	const char *ds = "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"vocab_size\":8,"
 			 "\"hidden_size\":8,\"num_hidden_layers\":2,\"num_attention_heads\":2,"
@@ -467,6 +469,20 @@ static void test_json14(void)
 	   "MLA: head 8 + 4, values 6, sigmoid, kq_scale = mscale^2 / sqrt(12) (%g)", a.kq_scale);
 	ok(a.expert_groups == 1 && a.expert_groups_used == 1 && a.expert_group_score == MOE_GROUP_SCORE_TOP2SUM,
 	   "topk_group = n_group: no group limit");
+	/* features the engine lacks are refused even in an architecture it runs */
+	moe_hparams g = tiny(MOE_HP_SRC_UTH);
+	snprintf(g.arch, sizeof g.arch, "granitemoe");
+	ok(moe_hparams_check_runnable(&g, &e) == 0, "granitemoe runs (%s)", e.msg);
+	g.sliding_window = 4;
+	ok(moe_hparams_check_runnable(&g, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "sliding"),
+	   "a sliding window is refused: %s", e.msg);
+	g = tiny(MOE_HP_SRC_UTH);
+	g.rope_scaling = MOE_ROPE_SCALING_YARN, g.rope_factor = 4, g.rope_orig_ctx = 16;
+	g.rope_mscale = 0.1 * log(4.0) + 1;
+	ok(moe_hparams_check_runnable(&g, &e) == 0, "YaRN as the engine computes it runs (%s)", e.msg);
+	g.rope_yarn_truncate = false;
+	ok(moe_hparams_check_runnable(&g, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "YaRN"),
+	   "YaRN without rounded ramp ends is refused: %s", e.msg);
 }
 
 int main(void)
