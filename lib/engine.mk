@@ -4,6 +4,7 @@
 noinst_HEADERS += lib/engine.h lib/engine/engine_int.h
 lib_libmoecore_a_SOURCES += lib/engine/engine.c lib/engine/kv.c lib/engine/forward.c \
 	lib/engine/request.c lib/engine/sched.c lib/engine/kvfile.c
+lib_libmoecore_a_SOURCES += lib/engine/arch_phimoe.c
 
 # Test helper: logits and greedy ids for token ids (compared with tests/ref).
 check_PROGRAMS += tests/unit/engine-run

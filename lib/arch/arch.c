@@ -41,7 +41,7 @@ static const moe_arch_info arch_table[] = {
 	{"deepseek2", "deepseek2", hf_deepseek2, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,
 	 false, false, false},
 	{"phimoe", "phimoe", hf_phimoe, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_LAYER, true, false,
-	 false},
+	 true},
 	{"granitemoe", "granitemoe", hf_granitemoe, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,
 	 true, true, true},
 	{"gpt-oss", "gpt-oss", hf_gptoss, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_RMS, true, false,
@@ -82,7 +82,7 @@ const char *moe_arch_supported_list(void)
 
 const char *moe_arch_runnable_list(void)
 {
-	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe";
+	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe, phimoe";
 }
 
 /* ------------------------------------------------------- tensor names */

@@ -526,10 +526,7 @@ int moe_hparams_check_runnable(const moe_hparams *hp, moe_error *e)
 			      : hp->attn_sinks                 ? "attention sinks"
 			      : hp->expert_bias                ? "expert biases"
 			      : hp->ffn_act != MOE_ACT_SILU    ? "the clamped SwiGLU"
-			      : hp->expert_router != MOE_ROUTER_TOPK ? "the sparsemixer router"
 			      : hp->expert_groups > 1          ? "group-limited expert routing"
-			      : hp->norm_kind == MOE_NORM_LAYER ? "LayerNorm"
-			      : hp->rope_scaling == MOE_ROPE_SCALING_LONGROPE ? "LongRoPE"
 			      : NULL;
 	if (!missing && hp->rope_scaling == MOE_ROPE_SCALING_YARN &&
 	    (hp->rope_beta_fast != 32.0 || hp->rope_beta_slow != 1.0 || !hp->rope_yarn_truncate ||

@@ -44,6 +44,16 @@ static void rmsnorm(float *y, const float *x, const float *w, int64_t n, double 
 		y[i] = x[i] * scale * w[i];
 }
 
+/* The model's norm: RMSNorm, or LayerNorm with its bias (phimoe). */
+static void norm(const moe_hparams *hp, float *y, const float *x, const float *w, const float *b,
+		 int64_t n)
+{
+	if (hp->norm_kind == MOE_NORM_LAYER)
+		moe_layernorm(y, x, w, b, n, hp->norm_eps);
+	else
+		rmsnorm(y, x, w, n, hp->norm_eps);
+}
+
 static float silu(float x)
 {
 	return x / (1.0f + expf(-x));
@@ -143,10 +153,21 @@ static void rope_tables(moe_engine *eng, const moe_step_token *st, int B)
 		high = high > n - 1 ? n - 1 : high;
 		mscale = 1.0 + 0.1 * log(factor);
 	}
+	/* LongRoPE (phimoe): per-pair divisors and magnitude, the short set
+	 * while the token's position is within the original context (per
+	 * token, so a token's rotation never depends on its step) */
+	const float *lr = NULL;
 	for (int t = 0; t < B; t++) {
 		double pos = st[t].pos;
+		if (hp->rope_scaling == MOE_ROPE_SCALING_LONGROPE) {
+			bool lng = (uint64_t)st[t].pos + 1 > hp->rope_orig_ctx;
+			lr = lng ? eng->m->rope_long : eng->m->rope_short;
+			mscale = lng ? hp->rope_mscale_long : hp->rope_mscale;
+		}
 		for (int i = 0; i < half; i++) {
 			double theta = pos * pow(hp->rope_base, -2.0 * i / hp->n_rot);
+			if (lr)
+				theta /= lr[i];
 			if (hp->rope_scaling == MOE_ROPE_SCALING_LINEAR) {
 				theta /= factor;
 			} else if (yarn) {
@@ -284,7 +305,7 @@ static void attention(moe_engine *eng, int il, int B)
 	int64_t nq = H * hd, kvd = Hkv * hd;
 
 	for (int t = 0; t < B; t++)
-		rmsnorm(eng->xn + t * E, eng->x + t * E, L->attn_norm, E, hp->norm_eps);
+		norm(hp, eng->xn + t * E, eng->x + t * E, L->attn_norm, L->attn_norm_b, E);
 	/* q, k and v read the same input: one job */
 	const moe_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
 	float *out[] = {eng->q, eng->kb, eng->vb};
@@ -318,6 +339,10 @@ static void attention(moe_engine *eng, int il, int B)
 	attn_job j = {eng, il, B};
 	moe_pool_run(eng->pool, attn_worker, &j);
 	matmul(eng, &L->wo, il, eng->att, B, eng->tmp, E);
+	if (L->bo)
+		for (int t = 0; t < B; t++)
+			for (int64_t i = 0; i < E; i++)
+				eng->tmp[t * E + i] += L->bo[i];
 	float rs = (float)hp->residual_scale; /* Granite; 1 (exact) elsewhere */
 	for (int64_t i = 0; i < B * E; i++)
 		eng->x[i] += eng->tmp[i] * rs;
@@ -415,6 +440,14 @@ static void route(moe_engine *eng, int il, int B)
 	matmul(eng, &L->router, il, eng->xn, B, eng->router, nx);
 	for (int t = 0; t < B; t++) {
 		float *r = eng->router + (int64_t)t * nx;
+		if (hp->expert_router == MOE_ROUTER_SPARSEMIXER) { /* phimoe: k is 2 */
+			int32_t *sel = eng->chosen + (int64_t)t * k;
+			float *w = eng->chosen_weight + (int64_t)t * k;
+			moe_sparsemixer(r, nx, hp->router_jitter_eps, sel, w);
+			if (eng->route_fn)
+				eng->route_fn(eng->route_user, il, sel, w, k);
+			continue;
+		}
 		if (hp->gating == MOE_GATING_SIGMOID) {
 			for (int i = 0; i < nx; i++)
 				r[i] = 1.0f / (1.0f + expf(-r[i]));
@@ -594,7 +627,7 @@ static int ffn(moe_engine *eng, int il, int B, moe_error *e)
 	const moe_layer *L = &eng->m->layers[il];
 	int64_t E = hp->n_embd;
 	for (int t = 0; t < B; t++)
-		rmsnorm(eng->xn + t * E, eng->x + t * E, L->ffn_norm, E, hp->norm_eps);
+		norm(hp, eng->xn + t * E, eng->x + t * E, L->ffn_norm, L->ffn_norm_b, E);
 	if (L->is_moe)
 		return moe_ffn(eng, il, B, e);
 	swiglu_ffn(eng, il, -1, &L->ffn_gate, &L->ffn_up, &L->ffn_down, eng->xn, B, eng->tmp);
@@ -627,14 +660,18 @@ int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
 	int n = 0;
 	for (int t = 0; t < B; t++)
 		if (st[t].logits) {
-			rmsnorm(eng->xn + (int64_t)n * E, eng->x + (int64_t)t * E, m->out_norm, E,
-				hp->norm_eps);
+			norm(hp, eng->xn + (int64_t)n * E, eng->x + (int64_t)t * E, m->out_norm,
+			     m->out_norm_b, E);
 			eng->want[n++] = t;
 		}
 	if (!n)
 		return 0;
 	uint32_t nv = hp->n_vocab;
 	matmul(eng, &m->output, -1, eng->xn, n, eng->out_rows, nv);
+	if (m->out_bias) /* phimoe's lm_head bias */
+		for (int i = 0; i < n; i++)
+			for (uint32_t v = 0; v < nv; v++)
+				eng->out_rows[(size_t)i * nv + v] += m->out_bias[v];
 	if (hp->logit_scale != 1.0) /* Granite divides the logits */
 		for (size_t i = 0; i < (size_t)n * nv; i++)
 			eng->out_rows[i] /= (float)hp->logit_scale;

@@ -14,7 +14,7 @@
 static bool arch_runs(const char *arch)
 {
 	static const char *const ok[] = {"llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "olmoe",
-					 "granitemoe", NULL};
+					 "granitemoe", "phimoe", NULL};
 	for (int i = 0; ok[i]; i++)
 		if (!strcmp(arch, ok[i]))
 			return true;
@@ -122,6 +122,12 @@ static int bind_layer(moe_model *m, int il, moe_error *e)
 				&L->k_norm, e));
 	}
 	MOE_TRY(get_vec(m, NAME("blk.%d.ffn_norm.weight", il), E, true, &L->ffn_norm, e));
+	/* LayerNorm's biases (phimoe), and the attention output's bias where
+	 * the model has one */
+	bool ln = hp->norm_kind == MOE_NORM_LAYER;
+	MOE_TRY(get_vec(m, NAME("blk.%d.attn_norm.bias", il), E, ln, &L->attn_norm_b, e));
+	MOE_TRY(get_vec(m, NAME("blk.%d.ffn_norm.bias", il), E, ln, &L->ffn_norm_b, e));
+	MOE_TRY(get_vec(m, NAME("blk.%d.attn_output.bias", il), E, false, &L->bo, e));
 
 	L->is_moe = hp->n_expert > 0 && (uint32_t)il >= hp->n_layer_dense_lead;
 	if (!L->is_moe) {
@@ -189,7 +195,7 @@ int moe_model_load(moe_model **out, const char *path, moe_error *e)
 	if (!arch_runs(m->hp.arch)) {
 		rc = moe_err(e, MOE_EUNSUPPORTED,
 			     "%s: architecture '%s' can be converted but not run yet (runs: llama, "
-			     "mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe)",
+			     "mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe, phimoe)",
 			     path, m->hp.arch);
 		goto fail;
 	}
@@ -216,6 +222,15 @@ int moe_model_load(moe_model **out, const char *path, moe_error *e)
 		goto fail;
 	if (!m->output.data)
 		m->output = m->tok_embd;
+	bool longrope = hp->rope_scaling == MOE_ROPE_SCALING_LONGROPE;
+	if ((rc = get_vec(m, "output_norm.bias", hp->n_embd, hp->norm_kind == MOE_NORM_LAYER,
+			  &m->out_norm_b, e)) < 0 ||
+	    (rc = get_vec(m, "output.bias", hp->n_vocab, false, &m->out_bias, e)) < 0 ||
+	    (rc = get_vec(m, "rope_factors_short.weight", hp->n_rot / 2, longrope, &m->rope_short,
+			  e)) < 0 ||
+	    (rc = get_vec(m, "rope_factors_long.weight", hp->n_rot / 2, longrope, &m->rope_long,
+			  e)) < 0)
+		goto fail;
 	m->layers = calloc(hp->n_layer, sizeof *m->layers);
 	if (!m->layers) {
 		rc = moe_err(e, MOE_ENOMEM, "out of memory");

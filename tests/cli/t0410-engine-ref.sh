@@ -119,6 +119,10 @@ set -- "$@" "granitemoe-f32 granitemoe f32 tiny $((S + 30))" \
 	"granitemoe-q8_0 granitemoe q8_0 tiny $((S + 32))" \
 	"granitemoeshared-bf16 granitemoeshared bf16 tiny $((S + 33))" \
 	"granitemoeshared-q4_k granitemoeshared q4_k small $((S + 34))"
+# issue 14: Phi-3.5-MoE (LayerNorm with biases, attention and output biases,
+# sparsemixer router, LongRoPE short factors)
+set -- "$@" "phimoe-f32 phimoe f32 tiny $((S + 35))" "phimoe-f16 phimoe f16 tiny $((S + 36))" \
+	"phimoe-q8_0 phimoe q8_0 tiny $((S + 37))" "phimoe-q4_k phimoe q4_k small $((S + 38))"
 
 # two models at a time (2 cores: one's Python while the other's engine runs)
 i=0

@@ -400,8 +400,7 @@ static void test_loader(void)
 	hp.rope_scaling = MOE_ROPE_SCALING_LLAMA3;
 	expect_load(path, &hp, &s, "llama3", "llama3 RoPE scaling");
 	hp = tiny(MOE_HP_SRC_UTH);
-	snprintf(hp.arch, sizeof hp.arch, "phimoe");
-	hp.norm_kind = MOE_NORM_LAYER;
+	snprintf(hp.arch, sizeof hp.arch, "gpt-oss");
 	expect_load(path, &hp, &s, "not run", "an architecture that only converts");
 }
 
