@@ -48,6 +48,10 @@ typedef struct moe_layer {
 	/* issue 14 (phimoe): LayerNorm biases [n_embd] and the attention
 	 * output's bias [n_embd], or NULL */
 	const float *attn_norm_b, *ffn_norm_b, *bo;
+	/* issue 14 (gpt-oss): sink logits [n_head], router bias [n_expert],
+	 * expert biases [n_expert] of [n_ff_exp] / [n_embd], or NULL */
+	const float *sinks, *router_b;
+	const float **exp_gate_b, **exp_up_b, **exp_down_b;
 } moe_layer;
 
 typedef struct moe_model {

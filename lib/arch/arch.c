@@ -45,7 +45,7 @@ static const moe_arch_info arch_table[] = {
 	{"granitemoe", "granitemoe", hf_granitemoe, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,
 	 true, true, true},
 	{"gpt-oss", "gpt-oss", hf_gptoss, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_RMS, true, false,
-	 false},
+	 true},
 };
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
 
@@ -82,7 +82,7 @@ const char *moe_arch_supported_list(void)
 
 const char *moe_arch_runnable_list(void)
 {
-	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe, phimoe";
+	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe, phimoe, gpt-oss";
 }
 
 /* ------------------------------------------------------- tensor names */

@@ -522,16 +522,8 @@ int moe_hparams_check_runnable(const moe_hparams *hp, moe_error *e)
 	/* what the engine does not implement yet, even in an architecture it
 	 * runs (a model that needs it would compute something else) */
 	const char *missing = hp->attention == MOE_ATTN_MLA ? "multi-head latent attention"
-			      : hp->sliding_window             ? "sliding-window attention"
-			      : hp->attn_sinks                 ? "attention sinks"
-			      : hp->expert_bias                ? "expert biases"
-			      : hp->ffn_act != MOE_ACT_SILU    ? "the clamped SwiGLU"
 			      : hp->expert_groups > 1          ? "group-limited expert routing"
 			      : NULL;
-	if (!missing && hp->rope_scaling == MOE_ROPE_SCALING_YARN &&
-	    (hp->rope_beta_fast != 32.0 || hp->rope_beta_slow != 1.0 || !hp->rope_yarn_truncate ||
-	     fabs(hp->rope_mscale - (hp->rope_factor > 1 ? 0.1 * log(hp->rope_factor) + 1 : 1)) > 1e-6))
-		missing = "YaRN other than beta 32/1, rounded ramp ends and mscale 0.1 ln(factor) + 1";
 	if (missing)
 		return moe_err(e, MOE_EUNSUPPORTED, "%s is not supported by the engine yet", missing);
 	return 0;

@@ -14,7 +14,7 @@
 static bool arch_runs(const char *arch)
 {
 	static const char *const ok[] = {"llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "olmoe",
-					 "granitemoe", "phimoe", NULL};
+					 "granitemoe", "phimoe", "gpt-oss", NULL};
 	for (int i = 0; ok[i]; i++)
 		if (!strcmp(arch, ok[i]))
 			return true;
@@ -128,6 +128,8 @@ static int bind_layer(moe_model *m, int il, moe_error *e)
 	MOE_TRY(get_vec(m, NAME("blk.%d.attn_norm.bias", il), E, ln, &L->attn_norm_b, e));
 	MOE_TRY(get_vec(m, NAME("blk.%d.ffn_norm.bias", il), E, ln, &L->ffn_norm_b, e));
 	MOE_TRY(get_vec(m, NAME("blk.%d.attn_output.bias", il), E, false, &L->bo, e));
+	MOE_TRY(get_vec(m, NAME("blk.%d.attn_sinks.weight", il), hp->n_head, hp->attn_sinks, &L->sinks,
+			e));
 
 	L->is_moe = hp->n_expert > 0 && (uint32_t)il >= hp->n_layer_dense_lead;
 	if (!L->is_moe) {
@@ -137,6 +139,25 @@ static int bind_layer(moe_model *m, int il, moe_error *e)
 		return 0;
 	}
 	MOE_TRY(get_weight(m, NAME("blk.%d.ffn_gate_inp.weight", il), hp->n_expert, E, true, &L->router, e));
+	MOE_TRY(get_vec(m, NAME("blk.%d.ffn_gate_inp.bias", il), hp->n_expert, false, &L->router_b, e));
+	if (hp->expert_bias) {
+		/* gpt-oss: each expert's gate, up and down biases */
+		size_t n = hp->n_expert;
+		L->exp_gate_b = calloc(n * 3, sizeof *L->exp_gate_b);
+		if (!L->exp_gate_b)
+			return moe_err(e, MOE_ENOMEM, "out of memory loading model");
+		MOE_TRY(own(m, (void *)L->exp_gate_b, e));
+		L->exp_up_b = L->exp_gate_b + n;
+		L->exp_down_b = L->exp_up_b + n;
+		for (size_t x = 0; x < n; x++) {
+			MOE_TRY(get_vec(m, NAME("blk.%d.ffn_gate.%zu.bias", il, x), hp->n_ff_exp, true,
+					&L->exp_gate_b[x], e));
+			MOE_TRY(get_vec(m, NAME("blk.%d.ffn_up.%zu.bias", il, x), hp->n_ff_exp, true,
+					&L->exp_up_b[x], e));
+			MOE_TRY(get_vec(m, NAME("blk.%d.ffn_down.%zu.bias", il, x), E, true,
+					&L->exp_down_b[x], e));
+		}
+	}
 	size_t nx = hp->n_expert;
 	L->exp_gate = calloc(nx * 3, sizeof(moe_weight));
 	if (!L->exp_gate)
@@ -195,7 +216,7 @@ int moe_model_load(moe_model **out, const char *path, moe_error *e)
 	if (!arch_runs(m->hp.arch)) {
 		rc = moe_err(e, MOE_EUNSUPPORTED,
 			     "%s: architecture '%s' can be converted but not run yet (runs: llama, "
-			     "mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe, phimoe)",
+			     "mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe, phimoe, gpt-oss)",
 			     path, m->hp.arch);
 		goto fail;
 	}

@@ -121,9 +121,9 @@ cfgedit phimoe b14 "c['router_jitter_noise']=0"; refused "zero jitter epsilon" b
 cfgedit granitemoeshared b15 "c['shared_intermediate_size']=48"; refused "shared width against the tensor" b15 "ffn_gate_shexp"
 cfgedit deepseek3 b16 "c['rope_scaling']['mscale_all_dim']=-5"; refused "negative mscale_all_dim" b16 "mscale_all_dim"
 
-# The engine runs granitemoe and phimoe; the others convert but are refused
-# by the loader with a message that says so.
-for a in deepseek3 gpt-oss; do
+# The engine runs granitemoe, phimoe and gpt-oss; deepseek2 converts but is
+# refused by the loader with a message that says so.
+for a in deepseek2 deepseek3; do
 	"$BIN/moe-run" -m "$T/$a-g.uth" -p "1" -n 1 > /dev/null 2> "$T/err"; st=$?
 	[ $st -eq 1 ] && grep -q "not run yet" "$T/err"
 	ok $? "$a: moe-run refuses it (exit $st): $(head -c 160 "$T/err")"
@@ -132,5 +132,7 @@ done
 ok $? "granitemoeshared (from HF): moe-run generates: $(head -c 160 "$T/err")"
 "$BIN/moe-run" -m "$T/phimoe-h.uth" --temp 0 -p "a b" -n 4 > /dev/null 2> "$T/err"
 ok $? "phimoe (from HF): moe-run generates: $(head -c 160 "$T/err")"
+"$BIN/moe-run" -m "$T/gpt-oss-h.uth" --temp 0 -p "a b" -n 4 > /dev/null 2> "$T/err"
+ok $? "gpt-oss (from HF): moe-run generates: $(head -c 160 "$T/err")"
 
 done_testing

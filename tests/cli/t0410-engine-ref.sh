@@ -123,6 +123,11 @@ set -- "$@" "granitemoe-f32 granitemoe f32 tiny $((S + 30))" \
 # sparsemixer router, LongRoPE short factors)
 set -- "$@" "phimoe-f32 phimoe f32 tiny $((S + 35))" "phimoe-f16 phimoe f16 tiny $((S + 36))" \
 	"phimoe-q8_0 phimoe q8_0 tiny $((S + 37))" "phimoe-q4_k phimoe q4_k small $((S + 38))"
+# issue 14: gpt-oss (sinks, sliding window 4 < the 40 positions, attention,
+# router and expert biases, clamped SwiGLU, YaRN with fractional ramp ends;
+# MXFP4 experts)
+set -- "$@" "gpt-oss-f32 gpt-oss f32 tiny $((S + 39))" "gpt-oss-mxfp4 gpt-oss mxfp4 tiny $((S + 40))" \
+	"gpt-oss-q8_0 gpt-oss q8_0 tiny $((S + 41))" "gpt-oss-q4_k gpt-oss q4_k small $((S + 42))"
 
 # two models at a time (2 cores: one's Python while the other's engine runs)
 i=0

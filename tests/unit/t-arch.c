@@ -400,7 +400,7 @@ static void test_loader(void)
 	hp.rope_scaling = MOE_ROPE_SCALING_LLAMA3;
 	expect_load(path, &hp, &s, "llama3", "llama3 RoPE scaling");
 	hp = tiny(MOE_HP_SRC_UTH);
-	snprintf(hp.arch, sizeof hp.arch, "gpt-oss");
+	snprintf(hp.arch, sizeof hp.arch, "deepseek2");
 	expect_load(path, &hp, &s, "not run", "an architecture that only converts");
 }
 
@@ -472,16 +472,16 @@ static void test_json14(void)
 	moe_hparams g = tiny(MOE_HP_SRC_UTH);
 	snprintf(g.arch, sizeof g.arch, "granitemoe");
 	ok(moe_hparams_check_runnable(&g, &e) == 0, "granitemoe runs (%s)", e.msg);
-	g.sliding_window = 4;
-	ok(moe_hparams_check_runnable(&g, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "sliding"),
-	   "a sliding window is refused: %s", e.msg);
+	g.attention = MOE_ATTN_MLA;
+	ok(moe_hparams_check_runnable(&g, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "latent"),
+	   "latent attention is refused: %s", e.msg);
 	g = tiny(MOE_HP_SRC_UTH);
 	g.rope_scaling = MOE_ROPE_SCALING_YARN, g.rope_factor = 4, g.rope_orig_ctx = 16;
 	g.rope_mscale = 0.1 * log(4.0) + 1;
-	ok(moe_hparams_check_runnable(&g, &e) == 0, "YaRN as the engine computes it runs (%s)", e.msg);
-	g.rope_yarn_truncate = false;
-	ok(moe_hparams_check_runnable(&g, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "YaRN"),
-	   "YaRN without rounded ramp ends is refused: %s", e.msg);
+	ok(moe_hparams_check_runnable(&g, &e) == 0, "YaRN runs (%s)", e.msg);
+	g.expert_groups = 2;
+	ok(moe_hparams_check_runnable(&g, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "group"),
+	   "group-limited routing is refused: %s", e.msg);
 }
 
 int main(void)
