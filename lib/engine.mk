@@ -22,3 +22,6 @@ TESTS += tests/unit/t-engine
 tests_unit_t_engine_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_unit_t_engine_CPPFLAGS = $(AM_CPPFLAGS) -DMOE_SRC_SHAREDIR='"$(abs_top_srcdir)/share"'
 tests_unit_t_engine_LDADD = $(MOE_LIBS)
+# Issue 14: phimoe's LongRoPE long factors against the reference.
+TESTS += tests/cli/t0415-engine-longrope.sh
+EXTRA_DIST += tests/cli/t0415-engine-longrope.sh
