@@ -12,4 +12,5 @@ TESTS += tests/cli/t0220-convert-hostile.sh
 EXTRA_DIST += tests/cli/t0220-convert-hostile.sh
 # Issue 14's families (deepseek2, gpt-oss, phimoe, granitemoe): GGUF = HF.
 TESTS += tests/cli/t0230-convert-moe2.sh
-EXTRA_DIST += tests/cli/t0230-convert-moe2.sh tests/cli/hparams-vs-ref.py
+EXTRA_DIST += tests/cli/t0230-convert-moe2.sh tests/cli/hparams-vs-ref.py \
+	tests/cli/old-deepseek2-gguf.py

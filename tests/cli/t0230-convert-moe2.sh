@@ -87,6 +87,14 @@ check "deepseek2: HF --type q8_0" -- $CONV --type q8_0 "$T/q-deepseek3-q8_0.hf" 
 check "deepseek3 q8_0 from safetensors = the q8_0 GGUF" -- \
 	"$DIFF" $IGN --ignore quantization "$T/q-deepseek3-q8_0-g.uth" "$T/ds-q8.uth"
 
+# A deepseek2 GGUF from before llama.cpp's MLA split (attn_kv_b, key_length =
+# the head size, no *_mla keys) converts to the same UTH file as the split one.
+check "deepseek2: old-layout GGUF (attn_kv_b)" -- $PYTHON3 "$top_srcdir/tests/cli/old-deepseek2-gguf.py" \
+	"$T/deepseek2-v2.gguf" "$T/ds-old.gguf" "$top_srcdir/scripts"
+check "deepseek2: old-layout GGUF -> UTH" -- $CONV "$T/ds-old.gguf" "$T/ds-old.uth"
+check "deepseek2: attn_kv_b split = the split GGUF's attn_k_b / attn_v_b" -- \
+	"$DIFF" --ignore provenance "$T/deepseek2-v2-g.uth" "$T/ds-old.uth"
+
 # MXFP4 experts from GGUF keep their type.
 check "gpt-oss MXFP4: generate" -- $GEN --arch gpt-oss --expert-type mxfp4 --format gguf --seed 5 --out "$T/mx"
 check "gpt-oss MXFP4: GGUF -> UTH" -- $CONV "$T/mx.gguf" "$T/mx.uth"
