@@ -25,13 +25,29 @@
 /* How RoPE pairs dimensions: NORM rotates adjacent pairs (x0,x1),(x2,x3)...
  * (Llama as in GGUF); NEOX rotates (x_i, x_{i+d/2}) (GPT-NeoX, Qwen, OLMoE). */
 typedef enum { MOE_ROPE_NORM = 0, MOE_ROPE_NEOX = 1 } moe_rope_kind;
+/* LONGROPE (Phi-3.5): per-pair divisors of the rotary frequencies, one set
+ * while the sequence fits the original context, another beyond (tensors
+ * rope_factors_short / rope_factors_long). */
 typedef enum { MOE_ROPE_SCALING_NONE = 0, MOE_ROPE_SCALING_LINEAR, MOE_ROPE_SCALING_YARN,
-	       MOE_ROPE_SCALING_LLAMA3 } moe_rope_scaling;
+	       MOE_ROPE_SCALING_LLAMA3, MOE_ROPE_SCALING_LONGROPE } moe_rope_scaling;
 typedef enum { MOE_NORM_RMS = 0, MOE_NORM_LAYER = 1 } moe_norm_kind;
 /* q/k normalisation: none, RMSNorm per head (Qwen3), or over the whole
  * projection (OLMoE). */
 typedef enum { MOE_QK_NORM_NONE = 0, MOE_QK_NORM_HEAD, MOE_QK_NORM_FULL } moe_qk_norm;
 typedef enum { MOE_GATING_SOFTMAX = 0, MOE_GATING_SIGMOID = 1 } moe_gating;
+/* Attention: ordinary multi-head (grouped) attention, or DeepSeek's
+ * multi-head latent attention (q/kv low-rank paths, rope and no-rope parts). */
+typedef enum { MOE_ATTN_MHA = 0, MOE_ATTN_MLA = 1 } moe_attention;
+/* Group-limited routing (DeepSeek): how a group of experts is ranked — by
+ * its best score (V2 group_limited_greedy) or the sum of its best two (V3
+ * noaux_tc). */
+typedef enum { MOE_GROUP_SCORE_MAX = 0, MOE_GROUP_SCORE_TOP2SUM = 1 } moe_group_score;
+/* The router: top-k of the gating scores, or Phi-3.5-MoE's sparsemixer
+ * (two experts, each weighted by a softmax over the experts near it). */
+typedef enum { MOE_ROUTER_TOPK = 0, MOE_ROUTER_SPARSEMIXER = 1 } moe_router;
+/* The FFN activation: SwiGLU (silu(g) u), or gpt-oss's clamped variant
+ * ((clamp(u) + 1) min(g, limit) sigmoid(alpha min(g, limit))). */
+typedef enum { MOE_ACT_SILU = 0, MOE_ACT_SWIGLU_OAI = 1 } moe_ffn_act;
 
 typedef struct moe_arch_info {
 	const char *name;          /* canonical: "llama", "qwen2moe", ... */
@@ -99,11 +115,45 @@ typedef struct moe_hparams {
 	double embedding_scale, residual_scale, attention_scale, logit_scale;
 	/* DeepSeek-V2 multi-head latent attention (0 when absent). */
 	uint32_t q_lora_rank, kv_lora_rank, rope_head_dim;
+	/* --- issue 14 (deepseek2, gpt-oss, phimoe, granitemoe); in UTH files
+	 * written before these existed they are absent and take the defaults
+	 * named here. */
+	moe_attention attention;       /* MHA; MLA for deepseek2 */
+	/* The whole q.k multiplier: 1/sqrt(head_dim) by default, Granite's
+	 * attention_scale, DeepSeek's mscale^2/sqrt(head_dim). */
+	double kq_scale;
+	/* Group-limited routing: n_expert/expert_groups consecutive experts
+	 * per group, the expert_groups_used best groups kept (1, 1: none). */
+	uint32_t expert_groups, expert_groups_used;
+	moe_group_score expert_group_score;
+	moe_router expert_router;      /* TOPK */
+	double router_jitter_eps;      /* sparsemixer's epsilon (0.01) */
+	/* YaRN: ramp bounds (32, 1), whether the ramp ends are rounded
+	 * (true), and the log multiplier of the attention factor (0). */
+	double rope_beta_fast, rope_beta_slow, rope_yarn_log_mul;
+	bool rope_yarn_truncate;
+	/* The magnitude RoPE's cos and sin are multiplied by (1): YaRN's
+	 * attention factor, LongRoPE's short and long mscales. */
+	double rope_mscale, rope_mscale_long;
+	/* Sliding-window attention: a query at p sees keys p-window < k <= p
+	 * in the layers whose bit is set (window 0: none). */
+	uint32_t sliding_window;
+	uint8_t sliding_layers[MOE_HP_MAX_LAYERS / 8];
+	bool attn_sinks;               /* blk.N.attn_sinks: a logit per head */
+	bool expert_bias;              /* blk.N.ffn_{gate,up,down}.E.bias */
+	moe_ffn_act ffn_act;           /* SILU */
+	double swiglu_alpha, swiglu_limit; /* SWIGLU_OAI: 1.702, 7 */
 	/* Where the values came from, so that messages name a field as the
 	 * source spells it ("rope_theta" in config.json, "llama.rope.freq_base"
 	 * in GGUF, "hparams.rope.base" in UTH). */
 	moe_hparams_source source;
 } moe_hparams;
+
+/* The fields issue 14 added, at their neutral values (ordinary attention
+ * scaled by 1/sqrt(head_dim) — set head_dim first —, no groups, top-k
+ * router, YaRN betas 32/1, RoPE magnitude 1, no window, SiLU): for code
+ * that fills a moe_hparams by hand, and for UTH files without them. */
+void moe_hparams_set_defaults14(moe_hparams *hp);
 
 /* From GGUF keys ({arch}.embedding_length, ...). Tensor shapes are used
  * where keys are optional (vocabulary size, FFN widths, tied output).
@@ -152,6 +202,13 @@ int moe_hparams_check_runnable(const moe_hparams *hp, moe_error *e);
  * file name. */
 int moe_hparams_validate(const moe_hparams *hp, const moe_tensor_set *ts, bool to_run,
 			 moe_error *e);
+
+/* Whether layer il uses the sliding window. */
+static inline bool moe_hparams_layer_slides(const moe_hparams *hp, uint32_t il)
+{
+	return hp->sliding_window && il < MOE_HP_MAX_LAYERS &&
+	       (hp->sliding_layers[il / 8] >> (il % 8) & 1);
+}
 
 json_t *moe_hparams_to_json(const moe_hparams *hp);
 /* Reads the "hparams" object of UTH metadata and runs moe_hparams_check. */

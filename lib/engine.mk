@@ -4,6 +4,7 @@
 noinst_HEADERS += lib/engine.h lib/engine/engine_int.h
 lib_libmoecore_a_SOURCES += lib/engine/engine.c lib/engine/kv.c lib/engine/forward.c \
 	lib/engine/request.c lib/engine/sched.c lib/engine/kvfile.c
+lib_libmoecore_a_SOURCES += lib/engine/arch_phimoe.c
 
 # Test helper: logits and greedy ids for token ids (compared with tests/ref).
 check_PROGRAMS += tests/unit/engine-run
@@ -21,3 +22,6 @@ TESTS += tests/unit/t-engine
 tests_unit_t_engine_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_unit_t_engine_CPPFLAGS = $(AM_CPPFLAGS) -DMOE_SRC_SHAREDIR='"$(abs_top_srcdir)/share"'
 tests_unit_t_engine_LDADD = $(MOE_LIBS)
+# Issue 14: phimoe's LongRoPE long factors against the reference.
+TESTS += tests/cli/t0415-engine-longrope.sh
+EXTRA_DIST += tests/cli/t0415-engine-longrope.sh

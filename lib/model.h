@@ -45,6 +45,13 @@ typedef struct moe_layer {
 	moe_weight sh_gate, sh_up, sh_down;
 	moe_weight sh_router;          /* [1 x n_embd] sigmoid gate, or data NULL */
 	bool is_moe;
+	/* issue 14 (phimoe): LayerNorm biases [n_embd] and the attention
+	 * output's bias [n_embd], or NULL */
+	const float *attn_norm_b, *ffn_norm_b, *bo;
+	/* issue 14 (gpt-oss): sink logits [n_head], router bias [n_expert],
+	 * expert biases [n_expert] of [n_ff_exp] / [n_embd], or NULL */
+	const float *sinks, *router_b;
+	const float **exp_gate_b, **exp_up_b, **exp_down_b;
 } moe_layer;
 
 typedef struct moe_model {
@@ -56,6 +63,9 @@ typedef struct moe_model {
 	const float *out_norm;         /* [n_embd] */
 	moe_weight output;             /* [n_vocab x n_embd] (token embedding when tied) */
 	moe_layer *layers;             /* [n_layer] */
+	/* issue 14 (phimoe): output norm bias [n_embd], output bias [n_vocab],
+	 * LongRoPE divisors [n_rot/2] (short, long), or NULL */
+	const float *out_norm_b, *out_bias, *rope_short, *rope_long;
 	void **owned;                  /* vectors converted to F32 at load */
 	size_t n_owned;
 	moe_expert_store *resident;    /* see moe_model_resident_experts */

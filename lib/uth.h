@@ -90,7 +90,13 @@ enum moe_uth_role {
 	MOE_UTH_ROLE_ATTN_POST_NORM = 46,
 	MOE_UTH_ROLE_FFN_POST_NORM = 47,
 	MOE_UTH_ROLE_OTHER = 48, /* anything else; the name says what */
-	MOE_UTH_ROLE_COUNT = 49  /* valid ids are 1 .. MOE_UTH_ROLE_COUNT-1 */
+	MOE_UTH_ROLE_ATTN_SINKS = 49,        /* per-head sink logit (gpt-oss) */
+	MOE_UTH_ROLE_FFN_GATE_BIAS = 50,     /* expert biases (gpt-oss): blk.N.ffn_gate.E.bias */
+	MOE_UTH_ROLE_FFN_UP_BIAS = 51,
+	MOE_UTH_ROLE_FFN_DOWN_BIAS = 52,
+	MOE_UTH_ROLE_ROPE_FACTORS_SHORT = 53, /* LongRoPE divisors (phimoe), head_dim/2 */
+	MOE_UTH_ROLE_ROPE_FACTORS_LONG = 54,
+	MOE_UTH_ROLE_COUNT = 55  /* valid ids are 1 .. MOE_UTH_ROLE_COUNT-1 */
 };
 
 /* Name of a role id ("ffn_gate_inp"), or NULL if the id is unknown. */

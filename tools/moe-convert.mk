@@ -10,3 +10,7 @@ EXTRA_DIST += tests/cli/t0200-convert.sh tests/cli/t0210-convert-errors.sh tests
 # careless output paths, JSON as Python writes it.
 TESTS += tests/cli/t0220-convert-hostile.sh
 EXTRA_DIST += tests/cli/t0220-convert-hostile.sh
+# Issue 14's families (deepseek2, gpt-oss, phimoe, granitemoe): GGUF = HF.
+TESTS += tests/cli/t0230-convert-moe2.sh
+EXTRA_DIST += tests/cli/t0230-convert-moe2.sh tests/cli/hparams-vs-ref.py \
+	tests/cli/old-deepseek2-gguf.py

@@ -15,8 +15,12 @@ static const char *const hf_qwen3[] = {"Qwen3ForCausalLM", NULL};
 static const char *const hf_qwen3moe[] = {"Qwen3MoeForCausalLM", NULL};
 static const char *const hf_olmoe[] = {"OlmoeForCausalLM", NULL};
 static const char *const hf_deepseek2[] = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", NULL};
-static const char *const hf_phimoe[] = {"PhiMoEForCausalLM", NULL};
-static const char *const hf_granitemoe[] = {"GraniteMoeForCausalLM", NULL};
+/* transformers' class is PhimoeForCausalLM; the published Phi-3.5-MoE
+ * config.json says PhiMoEForCausalLM (its remote code). */
+static const char *const hf_phimoe[] = {"PhimoeForCausalLM", "PhiMoEForCausalLM", NULL};
+static const char *const hf_granitemoe[] = {"GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM",
+					    NULL};
+static const char *const hf_gptoss[] = {"GptOssForCausalLM", NULL};
 
 /* Llama, Mistral and Mixtral share one forward pass (Mixtral = Llama with
  * expert FFNs), as in GGUF, where all three say "llama".  The last column
@@ -37,9 +41,11 @@ static const moe_arch_info arch_table[] = {
 	{"deepseek2", "deepseek2", hf_deepseek2, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,
 	 false, false, false},
 	{"phimoe", "phimoe", hf_phimoe, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_LAYER, true, false,
-	 false},
+	 true},
 	{"granitemoe", "granitemoe", hf_granitemoe, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,
-	 true, true, false},
+	 true, true, true},
+	{"gpt-oss", "gpt-oss", hf_gptoss, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_RMS, true, false,
+	 true},
 };
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
 
@@ -71,12 +77,12 @@ const moe_arch_info *moe_arch_by_hf(const char *hf_arch)
 const char *moe_arch_supported_list(void)
 {
 	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, deepseek2, "
-	       "phimoe, granitemoe";
+	       "phimoe, granitemoe, gpt-oss";
 }
 
 const char *moe_arch_runnable_list(void)
 {
-	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe";
+	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe, phimoe, gpt-oss";
 }
 
 /* ------------------------------------------------------- tensor names */
@@ -160,9 +166,28 @@ static const struct { const char *hf, *base; } hf_layer_map[] = {
 	{"mlp.shared_experts.up_proj", "ffn_up_shexp"},
 	{"mlp.shared_experts.down_proj", "ffn_down_shexp"},
 	{"mlp.shared_expert_gate", "ffn_gate_inp_shexp"},
+	{"mlp.router", "ffn_gate_inp"},
+	{"shared_mlp.output_linear", "ffn_down_shexp"},
 	/* GraniteMoE stacks its experts: handled by the converter. */
 	{"block_sparse_moe.input_linear", "ffn_gate_up_exps"},
 	{"block_sparse_moe.output_linear", "ffn_down_exps"},
+	/* GraniteMoeShared: gate rows ++ up rows of the shared expert. */
+	{"shared_mlp.input_linear", "ffn_gate_up_shexp"},
+};
+
+/* gpt-oss stacks its experts without a .weight suffix: (E, D, 2F) gate/up
+ * interleaved in columns, (E, F, D) down, biases (E, 2F) and (E, D); the
+ * published checkpoints hold MXFP4 blocks and scales instead.  Reported as
+ * "blk.N.oai_<what>" for the converter to split. */
+static const struct { const char *hf, *canon; } oai_experts[] = {
+	{"mlp.experts.gate_up_proj", "oai_gate_up_exps.weight"},
+	{"mlp.experts.gate_up_proj_bias", "oai_gate_up_exps.bias"},
+	{"mlp.experts.down_proj", "oai_down_exps.weight"},
+	{"mlp.experts.down_proj_bias", "oai_down_exps.bias"},
+	{"mlp.experts.gate_up_proj_blocks", "oai_gate_up_exps.blocks"},
+	{"mlp.experts.gate_up_proj_scales", "oai_gate_up_exps.scales"},
+	{"mlp.experts.down_proj_blocks", "oai_down_exps.blocks"},
+	{"mlp.experts.down_proj_scales", "oai_down_exps.scales"},
 };
 
 /* Match `s` against pattern `pat` where '#' matches a decimal number. */
@@ -209,6 +234,19 @@ int moe_arch_map_hf_name(const moe_arch_info *a, const char *hf, moe_tensor_plac
 	if (sscanf(hf, "model.layers.%u.%n", &layer, &n) != 1 || n == 0 || layer > 0xFFFE)
 		return moe_err(e, MOE_ENOTFOUND, "tensor '%s': name not understood", hf);
 	const char *rest = hf + n;
+	if (!strcmp(rest, "self_attn.sinks")) {
+		snprintf(canon, sizeof canon, "blk.%u.attn_sinks.weight", layer);
+		return moe_arch_place_canonical(canon, p, e);
+	}
+	for (size_t i = 0; i < sizeof oai_experts / sizeof oai_experts[0]; i++)
+		if (!strcmp(rest, oai_experts[i].hf)) {
+			memset(p, 0, sizeof *p);
+			snprintf(p->name, sizeof p->name, "blk.%u.%s", layer, oai_experts[i].canon);
+			p->layer = (int)layer;
+			p->expert = -1;
+			p->role = MOE_UTH_ROLE_FFN_GATE;
+			return 0;
+		}
 	const char *dot = strrchr(rest, '.');
 	if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias") &&
 		     strcmp(dot, ".e_score_correction_bias")))
@@ -229,13 +267,15 @@ int moe_arch_map_hf_name(const moe_arch_info *a, const char *hf, moe_tensor_plac
 		if (!match_hash(stem, hf_layer_map[i].hf, &x))
 			continue;
 		const char *base = hf_layer_map[i].base;
-		if (!strcmp(base, "ffn_gate_up_exps") || !strcmp(base, "ffn_down_exps")) {
+		if (!strcmp(base, "ffn_gate_up_exps") || !strcmp(base, "ffn_down_exps") ||
+		    !strcmp(base, "ffn_gate_up_shexp")) {
 			memset(p, 0, sizeof *p);
 			snprintf(p->name, sizeof p->name, "blk.%u.%s.%s", layer, base, suffix);
 			p->layer = (int)layer;
 			p->expert = -1;
-			p->role = !strcmp(base, "ffn_down_exps") ? MOE_UTH_ROLE_FFN_DOWN
-								 : MOE_UTH_ROLE_FFN_GATE;
+			p->role = !strcmp(base, "ffn_down_exps")       ? MOE_UTH_ROLE_FFN_DOWN
+				  : !strcmp(base, "ffn_gate_up_shexp") ? MOE_UTH_ROLE_FFN_GATE_SHEXP
+								       : MOE_UTH_ROLE_FFN_GATE;
 			return 0;
 		}
 		if (x >= 0)

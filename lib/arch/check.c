@@ -21,7 +21,9 @@ enum {
 	F_N_FF_SHEXP, F_N_LAYER_DENSE_LEAD, F_N_ROT, F_ROPE_BASE, F_ROPE_FACTOR, F_ROPE_ORIG_CTX,
 	F_NORM_EPS, F_EXPERT_WEIGHTS_SCALE, F_EMBEDDING_SCALE, F_RESIDUAL_SCALE,
 	F_ATTENTION_SCALE, F_LOGIT_SCALE, F_Q_LORA_RANK, F_KV_LORA_RANK, F_ROPE_HEAD_DIM,
-	F_TIED, F_QKV_BIAS, F_SHEXP_GATE,
+	F_TIED, F_QKV_BIAS, F_SHEXP_GATE, F_KQ_SCALE, F_EXPERT_GROUPS, F_EXPERT_GROUPS_USED,
+	F_ROUTER_EPS, F_BETA_FAST, F_BETA_SLOW, F_YARN_LOG_MUL, F_ROPE_MSCALE, F_ROPE_MSCALE_LONG,
+	F_SLIDING_WINDOW, F_SWIGLU_ALPHA, F_SWIGLU_LIMIT,
 };
 
 /* UTH metadata name, GGUF key (after "ARCH."; parenthesised: derived from a
@@ -42,7 +44,7 @@ static const struct { const char *uth, *gguf, *hf; } field_names[] = {
 			"moe_intermediate_size' / 'intermediate_size"},
 	[F_N_EXPERT_SHARED] = {"n_expert_shared", "expert_shared_count", "n_shared_experts"},
 	[F_N_FF_SHEXP] = {"n_ff_shexp", "(ffn_up_shexp.weight rows)",
-			  "shared_expert_intermediate_size"},
+			  "shared_expert_intermediate_size' / 'shared_intermediate_size"},
 	[F_N_LAYER_DENSE_LEAD] = {"n_layer_dense_lead", "leading_dense_block_count",
 				  "first_k_dense_replace"},
 	[F_N_ROT] = {"rope.n_rot", "rope.dimension_count", "partial_rotary_factor"},
@@ -64,6 +66,22 @@ static const struct { const char *uth, *gguf, *hf; } field_names[] = {
 	[F_QKV_BIAS] = {"qkv_bias", "(blk.0.attn_q.bias present)", "attention_bias"},
 	[F_SHEXP_GATE] = {"shared_expert_gate", "(ffn_gate_inp_shexp present)",
 			  "(shared_expert_gate.weight present)"},
+	[F_KQ_SCALE] = {"kq_scale", "(attention.scale or 1/sqrt(key_length))",
+			"(attention_multiplier or 1/sqrt(head_dim))"},
+	[F_EXPERT_GROUPS] = {"expert_groups", "expert_group_count", "n_group"},
+	[F_EXPERT_GROUPS_USED] = {"expert_groups_used", "expert_group_used_count", "topk_group"},
+	[F_ROUTER_EPS] = {"router_jitter_eps", "(0.01)", "router_jitter_noise"},
+	[F_BETA_FAST] = {"rope.beta_fast", "rope.scaling.yarn_beta_fast", "rope_scaling.beta_fast"},
+	[F_BETA_SLOW] = {"rope.beta_slow", "rope.scaling.yarn_beta_slow", "rope_scaling.beta_slow"},
+	[F_YARN_LOG_MUL] = {"rope.yarn_log_multiplier", "rope.scaling.yarn_log_multiplier",
+			    "rope_scaling.mscale_all_dim' (x 0.1"},
+	[F_ROPE_MSCALE] = {"rope.mscale", "rope.scaling.attn_factor",
+			   "rope_scaling.attention_factor' / 'short_mscale"},
+	[F_ROPE_MSCALE_LONG] = {"rope.mscale_long", "rope.scaling.attn_factor",
+				"rope_scaling.long_mscale"},
+	[F_SLIDING_WINDOW] = {"sliding_window", "attention.sliding_window", "sliding_window"},
+	[F_SWIGLU_ALPHA] = {"swiglu_alpha", "(1.702)", "(1.702)"},
+	[F_SWIGLU_LIMIT] = {"swiglu_limit", "(7)", "swiglu_limit"},
 };
 
 /* "config.json field 'rope_theta'", "GGUF key llama.rope.freq_base",
@@ -121,6 +139,61 @@ static int real_in(const moe_hparams *hp, int f, double v, double hi, moe_error 
 	return 0;
 }
 
+/* The fields of issue 14's architectures (MLA, grouped routing, the
+ * sparsemixer, YaRN/LongRoPE details, sliding windows, clamped SwiGLU). */
+static int check_issue14(const moe_hparams *hp, moe_error *e)
+{
+	char nb[128], nb2[128];
+	MOE_TRY(real_in(hp, F_KQ_SCALE, hp->kq_scale, MOE_HP_MAX_REAL, e));
+	MOE_TRY(real_in(hp, F_ROUTER_EPS, hp->router_jitter_eps, 1.0, e));
+	MOE_TRY(real_in(hp, F_BETA_FAST, hp->rope_beta_fast, MOE_HP_MAX_REAL, e));
+	MOE_TRY(real_in(hp, F_BETA_SLOW, hp->rope_beta_slow, MOE_HP_MAX_REAL, e));
+	MOE_TRY(real_in(hp, F_ROPE_MSCALE, hp->rope_mscale, MOE_HP_MAX_REAL, e));
+	MOE_TRY(real_in(hp, F_ROPE_MSCALE_LONG, hp->rope_mscale_long, MOE_HP_MAX_REAL, e));
+	MOE_TRY(real_in(hp, F_SWIGLU_ALPHA, hp->swiglu_alpha, MOE_HP_MAX_REAL, e));
+	MOE_TRY(real_in(hp, F_SWIGLU_LIMIT, hp->swiglu_limit, MOE_HP_MAX_REAL, e));
+	/* 0 is allowed (no YaRN attention factor) */
+	if (!isfinite(hp->rope_yarn_log_mul) || hp->rope_yarn_log_mul < 0 ||
+	    hp->rope_yarn_log_mul > MOE_HP_MAX_REAL)
+		return moe_err(e, MOE_EFORMAT, "hparams: %s is %g: must be from 0 to %g",
+			       FN(F_YARN_LOG_MUL), hp->rope_yarn_log_mul, MOE_HP_MAX_REAL);
+	MOE_TRY(count_in(hp, F_SLIDING_WINDOW, hp->sliding_window, 0, MOE_HP_MAX_CTX, e));
+	MOE_TRY(count_in(hp, F_EXPERT_GROUPS, hp->expert_groups, 1,
+			 hp->n_expert ? hp->n_expert : 1, e));
+	MOE_TRY(count_in(hp, F_EXPERT_GROUPS_USED, hp->expert_groups_used, 1, hp->expert_groups, e));
+	if (hp->n_expert % hp->expert_groups)
+		return moe_err(e, MOE_EFORMAT, "hparams: %s (%u) is not a multiple of %s (%u)",
+			       fname(hp, F_N_EXPERT, nb2, sizeof nb2), hp->n_expert,
+			       FN(F_EXPERT_GROUPS), hp->expert_groups);
+	/* groups are ranked by their best two experts (V3): each needs two */
+	if (hp->expert_groups > 1 && hp->expert_group_score == MOE_GROUP_SCORE_TOP2SUM &&
+	    hp->n_expert / hp->expert_groups < 2)
+		return moe_err(e, MOE_EFORMAT, "hparams: %s (%u) leaves fewer than 2 experts per "
+					       "group", FN(F_EXPERT_GROUPS), hp->expert_groups);
+	/* the kept groups must hold the experts chosen */
+	if (hp->expert_groups > 1 &&
+	    (uint64_t)hp->expert_groups_used * (hp->n_expert / hp->expert_groups) < hp->n_expert_used)
+		return moe_err(e, MOE_EFORMAT, "hparams: %s (%u) keeps fewer experts than %s (%u)",
+			       FN(F_EXPERT_GROUPS_USED), hp->expert_groups_used,
+			       fname(hp, F_N_EXPERT_USED, nb2, sizeof nb2), hp->n_expert_used);
+	if (hp->expert_router == MOE_ROUTER_SPARSEMIXER && hp->n_expert && hp->n_expert_used != 2)
+		return moe_err(e, MOE_EFORMAT, "hparams: %s is %u: the sparsemixer router chooses "
+					       "exactly 2 experts",
+			       FN(F_N_EXPERT_USED), hp->n_expert_used);
+	if (hp->attention == MOE_ATTN_MLA) {
+		/* the latent, and a no-rope part besides the rope part */
+		MOE_TRY(count_in(hp, F_KV_LORA_RANK, hp->kv_lora_rank, 1, MOE_HP_MAX_EMBD, e));
+		if (hp->rope_head_dim < 2 || hp->rope_head_dim >= hp->head_dim ||
+		    hp->n_rot != hp->rope_head_dim)
+			return moe_err(e, MOE_EFORMAT, "hparams: %s is %u: multi-head latent attention "
+						       "needs an even rope part from 2 to below the head "
+						       "size %u (%s)",
+				       FN(F_ROPE_HEAD_DIM), hp->rope_head_dim, hp->head_dim,
+				       fname(hp, F_HEAD_DIM, nb2, sizeof nb2));
+	}
+	return 0;
+}
+
 int moe_hparams_check(const moe_hparams *hp, moe_error *e)
 {
 	char nb[128], nb2[128];
@@ -129,7 +202,11 @@ int moe_hparams_check(const moe_hparams *hp, moe_error *e)
 		return moe_err(e, MOE_EUNSUPPORTED, "hparams: architecture '%s' is not supported "
 						    "(supported: %s)", hp->arch, moe_arch_supported_list());
 	if ((unsigned)hp->rope_kind > MOE_ROPE_NEOX ||
-	    (unsigned)hp->rope_scaling > MOE_ROPE_SCALING_LLAMA3 ||
+	    (unsigned)hp->rope_scaling > MOE_ROPE_SCALING_LONGROPE ||
+	    (unsigned)hp->attention > MOE_ATTN_MLA ||
+	    (unsigned)hp->expert_group_score > MOE_GROUP_SCORE_TOP2SUM ||
+	    (unsigned)hp->expert_router > MOE_ROUTER_SPARSEMIXER ||
+	    (unsigned)hp->ffn_act > MOE_ACT_SWIGLU_OAI ||
 	    (unsigned)hp->norm_kind > MOE_NORM_LAYER || (unsigned)hp->qk_norm > MOE_QK_NORM_FULL ||
 	    (unsigned)hp->gating > MOE_GATING_SIGMOID)
 		return moe_err(e, MOE_EINTERNAL, "hparams: enumeration out of range");
@@ -186,7 +263,7 @@ int moe_hparams_check(const moe_hparams *hp, moe_error *e)
 	MOE_TRY(real_in(hp, F_RESIDUAL_SCALE, hp->residual_scale, MOE_HP_MAX_REAL, e));
 	MOE_TRY(real_in(hp, F_ATTENTION_SCALE, hp->attention_scale, MOE_HP_MAX_REAL, e));
 	MOE_TRY(real_in(hp, F_LOGIT_SCALE, hp->logit_scale, MOE_HP_MAX_REAL, e));
-	return 0;
+	return check_issue14(hp, e);
 }
 
 /* ------------------------------------------------------ against tensors */
@@ -324,6 +401,70 @@ static int tc_layer(tcheck *c, uint32_t il, moe_error *e)
 	return 0;
 }
 
+/* A tensor of exactly ne (3 dimensions), for the per-head MLA matrices. */
+static int tc_3d(tcheck *c, const char *name, uint64_t n0, uint64_t n1, uint64_t n2, int f,
+		 moe_error *e)
+{
+	char nb[128];
+	const moe_hparams *hp = c->hp;
+	const moe_uth_tensor *t = c->ts->find(c->ts->ctx, name);
+	if (!t)
+		return moe_err(e, MOE_EFORMAT, "tensor '%s' missing", name);
+	if (t->ne[0] != n0 || t->ne[1] != n1 || t->ne[2] != n2 || t->ne[3] != 1)
+		return moe_err(e, MOE_EFORMAT, "tensor '%s' has shape [%u, %u, %u, %u] but the "
+					       "hparams (%s ...) give [%llu, %llu, %llu]",
+			       name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], FN(f),
+			       (unsigned long long)n0, (unsigned long long)n1, (unsigned long long)n2);
+	return 0;
+}
+
+/* The tensors issue 14's features add, for every architecture (the others
+ * are checked by tc_layer only where the engine runs them). */
+static int tc_issue14(tcheck *c, moe_error *e)
+{
+	const moe_hparams *hp = c->hp;
+	char nm[96];
+#define NAME(fmt, ...) (snprintf(nm, sizeof nm, fmt, __VA_ARGS__), nm)
+	if (hp->rope_scaling == MOE_ROPE_SCALING_LONGROPE) {
+		MOE_TRY(tc_vector(c, "rope_factors_short.weight", hp->n_rot / 2, true, F_N_ROT, e));
+		MOE_TRY(tc_vector(c, "rope_factors_long.weight", hp->n_rot / 2, true, F_N_ROT, e));
+	}
+	for (uint32_t il = 0; il < hp->n_layer; il++) {
+		if (hp->attn_sinks)
+			MOE_TRY(tc_vector(c, NAME("blk.%u.attn_sinks.weight", il), hp->n_head, true,
+					  F_N_HEAD, e));
+		if (hp->attention == MOE_ATTN_MLA) {
+			uint64_t L = hp->kv_lora_rank, R = hp->rope_head_dim, N = hp->head_dim - R;
+			MOE_TRY(tc_matrix(c, NAME("blk.%u.attn_kv_a_mqa.weight", il), L + R, hp->n_embd,
+					  true, F_KV_LORA_RANK, e));
+			MOE_TRY(tc_3d(c, NAME("blk.%u.attn_k_b.weight", il), N, L, hp->n_head,
+				      F_KV_LORA_RANK, e));
+			MOE_TRY(tc_3d(c, NAME("blk.%u.attn_v_b.weight", il), L, hp->head_dim_v,
+				      hp->n_head, F_HEAD_DIM_V, e));
+		}
+		bool is_moe = hp->n_expert > 0 && il >= hp->n_layer_dense_lead;
+		if (is_moe && hp->n_ff_shexp) {
+			uint64_t E = hp->n_embd, S = hp->n_ff_shexp;
+			MOE_TRY(tc_matrix(c, NAME("blk.%u.ffn_gate_shexp.weight", il), S, E, true,
+					  F_N_FF_SHEXP, e));
+			MOE_TRY(tc_matrix(c, NAME("blk.%u.ffn_up_shexp.weight", il), S, E, true,
+					  F_N_FF_SHEXP, e));
+			MOE_TRY(tc_matrix(c, NAME("blk.%u.ffn_down_shexp.weight", il), E, S, true,
+					  F_N_FF_SHEXP, e));
+		}
+		for (uint32_t x = 0; hp->expert_bias && is_moe && x < hp->n_expert; x++) {
+			MOE_TRY(tc_vector(c, NAME("blk.%u.ffn_gate.%u.bias", il, x), hp->n_ff_exp, true,
+					  F_N_FF_EXP, e));
+			MOE_TRY(tc_vector(c, NAME("blk.%u.ffn_up.%u.bias", il, x), hp->n_ff_exp, true,
+					  F_N_FF_EXP, e));
+			MOE_TRY(tc_vector(c, NAME("blk.%u.ffn_down.%u.bias", il, x), hp->n_embd, true,
+					  F_N_EMBD, e));
+		}
+	}
+#undef NAME
+	return 0;
+}
+
 int moe_hparams_check_tensors(const moe_hparams *hp, const moe_tensor_set *ts, moe_error *e)
 {
 	char nb[128], nb2[128];
@@ -365,7 +506,7 @@ int moe_hparams_check_tensors(const moe_hparams *hp, const moe_tensor_set *ts, m
 		if (a && a->runs)
 			MOE_TRY(tc_layer(&c, il, e));
 	}
-	return 0;
+	return tc_issue14(&c, e);
 }
 
 /* ------------------------------------------------------ the engine */
@@ -378,6 +519,13 @@ int moe_hparams_check_runnable(const moe_hparams *hp, moe_error *e)
 						    "yet (runs: %s)", hp->arch, moe_arch_runnable_list());
 	if (hp->rope_scaling == MOE_ROPE_SCALING_LLAMA3)
 		return moe_err(e, MOE_EUNSUPPORTED, "llama3 RoPE scaling is not supported yet");
+	/* what the engine does not implement yet, even in an architecture it
+	 * runs (a model that needs it would compute something else) */
+	const char *missing = hp->attention == MOE_ATTN_MLA ? "multi-head latent attention"
+			      : hp->expert_groups > 1          ? "group-limited expert routing"
+			      : NULL;
+	if (missing)
+		return moe_err(e, MOE_EUNSUPPORTED, "%s is not supported by the engine yet", missing);
 	return 0;
 }
 

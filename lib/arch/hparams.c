@@ -14,6 +14,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+void moe_hparams_set_defaults14(moe_hparams *hp)
+{
+	hp->attention = MOE_ATTN_MHA;
+	hp->kq_scale = hp->head_dim ? 1.0 / sqrt((double)hp->head_dim) : 1.0;
+	hp->expert_groups = hp->expert_groups_used = 1;
+	hp->expert_group_score = MOE_GROUP_SCORE_MAX;
+	hp->expert_router = MOE_ROUTER_TOPK;
+	hp->router_jitter_eps = 0.01;
+	hp->rope_beta_fast = 32.0;
+	hp->rope_beta_slow = 1.0;
+	hp->rope_yarn_log_mul = 0.0;
+	hp->rope_yarn_truncate = true;
+	hp->rope_mscale = hp->rope_mscale_long = 1.0;
+	hp->sliding_window = 0;
+	memset(hp->sliding_layers, 0, sizeof hp->sliding_layers);
+	hp->attn_sinks = hp->expert_bias = false;
+	hp->ffn_act = MOE_ACT_SILU;
+	hp->swiglu_alpha = 1.702;
+	hp->swiglu_limit = 7.0;
+}
+
 static void defaults(moe_hparams *hp, const moe_arch_info *a)
 {
 	memset(hp, 0, sizeof *hp);
@@ -27,6 +48,71 @@ static void defaults(moe_hparams *hp, const moe_arch_info *a)
 	hp->expert_weights_scale = 1.0;
 	hp->embedding_scale = hp->residual_scale = hp->attention_scale = hp->logit_scale = 1.0;
 	hp->rope_factor = 1.0;
+	moe_hparams_set_defaults14(hp);
+	hp->kq_scale = 0; /* set by finish(): it depends on the head size */
+}
+
+/* YaRN's attention factor for a context `factor` times longer: 0.1 ln(s) + 1
+ * (transformers' and llama.cpp's default), 1 when not extending. */
+static double yarn_default_mscale(double factor)
+{
+	return factor > 1.0 ? 0.1 * log(factor) + 1.0 : 1.0;
+}
+
+/* Everything the architecture fixes once the source's values are read,
+ * computed in the same float-rounded arithmetic whatever the source, so
+ * that GGUF and HF inputs give the same metadata. */
+static void finish(moe_hparams *hp, const moe_arch_info *a)
+{
+	const char *n = a->name;
+	if (!strcmp(n, "deepseek2")) {
+		hp->attention = MOE_ATTN_MLA;
+		/* GGUF's MQA view says 1 KV head; the latent serves every head */
+		hp->n_head_kv = hp->n_head;
+		/* DeepSeek's RoPE keeps magnitude 1 (mscale / mscale_all_dim
+		 * are equal in every published checkpoint); the attention
+		 * factor goes into the q.k scale, squared. */
+		hp->rope_mscale = hp->rope_mscale_long = 1.0;
+		double m = 1.0;
+		if (hp->rope_scaling == MOE_ROPE_SCALING_YARN && hp->rope_factor > 1.0)
+			m = 1.0 + (double)(float)hp->rope_yarn_log_mul * log((double)(float)hp->rope_factor);
+		hp->kq_scale = hp->head_dim ? m * m / sqrt((double)hp->head_dim) : 1.0;
+		/* all groups kept = no group limit (a count above the groups is
+		 * left for moe_hparams_check to refuse) */
+		if (hp->expert_groups <= 1 || hp->expert_groups_used == hp->expert_groups) {
+			hp->expert_groups = hp->expert_groups_used = 1;
+			hp->expert_group_score = hp->gating == MOE_GATING_SIGMOID
+							 ? MOE_GROUP_SCORE_TOP2SUM
+							 : MOE_GROUP_SCORE_MAX;
+		}
+	} else {
+		hp->expert_groups = hp->expert_groups_used = 1;
+	}
+	if (!strcmp(n, "granitemoe"))
+		hp->kq_scale = hp->attention_scale;
+	else if (!hp->kq_scale)
+		hp->kq_scale = hp->head_dim ? 1.0 / sqrt((double)hp->head_dim) : 1.0;
+	if (!strcmp(n, "gpt-oss")) {
+		hp->attn_sinks = true;
+		hp->expert_bias = true;
+		hp->ffn_act = MOE_ACT_SWIGLU_OAI;
+		hp->swiglu_alpha = 1.702;
+	}
+	if (!strcmp(n, "phimoe"))
+		hp->expert_router = MOE_ROUTER_SPARSEMIXER;
+	if (hp->rope_scaling != MOE_ROPE_SCALING_LONGROPE)
+		hp->rope_mscale_long = hp->rope_mscale;
+	if (!hp->sliding_window)
+		memset(hp->sliding_layers, 0, sizeof hp->sliding_layers);
+}
+
+/* gpt-oss in GGUF: llama.cpp's pattern, the even layers slide; phimoe:
+ * every layer when a window is given. */
+static void sliding_all(moe_hparams *hp, uint32_t period)
+{
+	for (uint32_t il = 0; il < hp->n_layer && il < MOE_HP_MAX_LAYERS; il++)
+		if (il % period == 0)
+			hp->sliding_layers[il / 8] |= (uint8_t)(1u << (il % 8));
 }
 
 /* ------------------------------------------------------------- from GGUF */
@@ -154,8 +240,34 @@ int moe_hparams_from_gguf(moe_hparams *hp, const moe_gguf *g, moe_error *e)
 	}
 	MOE_TRY(gguf_f64(g, k, "rope.scaling.factor", &hp->rope_factor, e));
 	MOE_TRY(gguf_u32(g, k, "rope.scaling.original_context_length", &hp->rope_orig_ctx, false, e));
+	if (moe_gguf_find_tensor(g, "rope_factors_long.weight"))
+		hp->rope_scaling = MOE_ROPE_SCALING_LONGROPE;
 	if (hp->rope_scaling == MOE_ROPE_SCALING_NONE)
 		hp->rope_factor = 1.0, hp->rope_orig_ctx = 0;
+	if (hp->rope_scaling == MOE_ROPE_SCALING_LONGROPE)
+		hp->rope_factor = 1.0;
+	MOE_TRY(gguf_f64(g, k, "rope.scaling.yarn_beta_fast", &hp->rope_beta_fast, e));
+	MOE_TRY(gguf_f64(g, k, "rope.scaling.yarn_beta_slow", &hp->rope_beta_slow, e));
+	MOE_TRY(gguf_f64(g, k, "rope.scaling.yarn_log_multiplier", &hp->rope_yarn_log_mul, e));
+	if (hp->rope_scaling == MOE_ROPE_SCALING_YARN)
+		hp->rope_mscale = yarn_default_mscale((double)(float)hp->rope_factor);
+	/* llama.cpp's converter writes Phi's LongRoPE mscale (one for both) as
+	 * attn_factor; for YaRN it would be the attention factor itself */
+	MOE_TRY(gguf_f64(g, k, "rope.scaling.attn_factor", &hp->rope_mscale, e));
+	hp->rope_mscale_long = hp->rope_mscale;
+	/* GGUF has no key for gpt-oss's ramp rounding: the published
+	 * config.json says truncate false */
+	if (!strcmp(a->name, "gpt-oss"))
+		hp->rope_yarn_truncate = false;
+	MOE_TRY(gguf_u32(g, k, "expert_group_count", &hp->expert_groups, false, e));
+	MOE_TRY(gguf_u32(g, k, "expert_group_used_count", &hp->expert_groups_used, false, e));
+	hp->expert_group_score = hp->gating == MOE_GATING_SIGMOID ? MOE_GROUP_SCORE_TOP2SUM
+								  : MOE_GROUP_SCORE_MAX;
+	MOE_TRY(gguf_u32(g, k, "attention.sliding_window", &hp->sliding_window, false, e));
+	/* current deepseek2 GGUFs: key_length is the MQA view (latent + rope);
+	 * the head size proper is key_length_mla */
+	MOE_TRY(gguf_u32(g, k, "attention.key_length_mla", &hp->head_dim, false, e));
+	MOE_TRY(gguf_u32(g, k, "attention.value_length_mla", &hp->head_dim_v, false, e));
 
 	/* The layer count bounds the tensor lookups below: refuse an absurd
 	 * one before looping over it. */
@@ -214,6 +326,9 @@ int moe_hparams_from_gguf(moe_hparams *hp, const moe_gguf *g, moe_error *e)
 	/* deepseek2 keeps the rotated part of each head separately. */
 	if (!strcmp(a->name, "deepseek2"))
 		MOE_TRY(gguf_u32(g, k, "rope.dimension_count", &hp->rope_head_dim, false, e));
+	if (hp->sliding_window)
+		sliding_all(hp, !strcmp(a->name, "gpt-oss") ? 2 : 1);
+	finish(hp, a);
 	return 0;
 }
 
@@ -338,6 +453,14 @@ static int hf_from_config(moe_hparams *hp, const json_t *cfg, bool has_lm_head, 
 		json_t *sf = json_object_get(cfg, "scoring_func");
 		if (json_is_string(sf) && !strcmp(json_string_value(sf), "sigmoid"))
 			hp->gating = MOE_GATING_SIGMOID;
+		/* DeepSeek-V3's configuration class defaults to sigmoid scoring */
+		if (!json_is_string(sf) && !strcmp(hf_arch, "DeepseekV3ForCausalLM"))
+			hp->gating = MOE_GATING_SIGMOID;
+		if (json_is_string(sf) && strcmp(json_string_value(sf), "sigmoid") &&
+		    strcmp(json_string_value(sf), "softmax"))
+			return moe_err(e, MOE_EUNSUPPORTED, "config.json: scoring_func '%s' is not "
+							    "supported (softmax, sigmoid)",
+				       json_string_value(sf));
 	} else {
 		hp->n_ff = inter;
 	}
@@ -352,7 +475,59 @@ static int hf_from_config(moe_hparams *hp, const json_t *cfg, bool has_lm_head, 
 		MOE_TRY(js_u32(cfg, "v_head_dim", &hp->head_dim_v, false, e));
 		hp->n_rot = hp->rope_head_dim;
 	}
+	if (!strcmp(a->name, "deepseek2")) {
+		MOE_TRY(js_u32(cfg, "n_group", &hp->expert_groups, false, e));
+		MOE_TRY(js_u32(cfg, "topk_group", &hp->expert_groups_used, false, e));
+		/* V3's default method is noaux_tc, V2's greedy */
+		json_t *tm = json_object_get(cfg, "topk_method");
+		const char *m = json_is_string(tm) ? json_string_value(tm)
+				: hp->gating == MOE_GATING_SIGMOID ? "noaux_tc" : "greedy";
+		if (!strcmp(m, "greedy"))
+			hp->expert_groups = hp->expert_groups_used = 1;
+		else if (!strcmp(m, "group_limited_greedy"))
+			hp->expert_group_score = MOE_GROUP_SCORE_MAX;
+		else if (!strcmp(m, "noaux_tc"))
+			hp->expert_group_score = MOE_GROUP_SCORE_TOP2SUM;
+		else
+			return moe_err(e, MOE_EUNSUPPORTED, "config.json: topk_method '%s' is not "
+							    "supported (greedy, group_limited_greedy, "
+							    "noaux_tc)", m);
+	}
+	if (!strcmp(a->name, "gpt-oss")) {
+		MOE_TRY(js_u32(cfg, "sliding_window", &hp->sliding_window, false, e));
+		MOE_TRY(js_f64(cfg, "swiglu_limit", &hp->swiglu_limit, e));
+		json_t *lt = json_object_get(cfg, "layer_types");
+		if (lt && !json_is_null(lt)) {
+			if (!json_is_array(lt) || json_array_size(lt) != hp->n_layer)
+				return moe_err(e, MOE_EFORMAT, "config.json: field 'layer_types' must be a "
+							       "list of num_hidden_layers (%u) names",
+					       hp->n_layer);
+			for (uint32_t il = 0; il < hp->n_layer && il < MOE_HP_MAX_LAYERS; il++) {
+				const char *t = json_string_value(json_array_get(lt, il));
+				if (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))
+					return moe_err(e, MOE_EFORMAT, "config.json: layer_types[%u] must "
+								       "be \"sliding_attention\" or "
+								       "\"full_attention\"", il);
+				if (!strcmp(t, "sliding_attention"))
+					hp->sliding_layers[il / 8] |= (uint8_t)(1u << (il % 8));
+			}
+		} else if (hp->sliding_window) {
+			sliding_all(hp, 2);
+		}
+	}
+	if (!strcmp(a->name, "phimoe")) {
+		MOE_TRY(js_u32(cfg, "sliding_window", &hp->sliding_window, false, e));
+		MOE_TRY(js_f64(cfg, "router_jitter_noise", &hp->router_jitter_eps, e));
+		if (hp->sliding_window)
+			sliding_all(hp, 1);
+	}
 	if (!strcmp(a->name, "granitemoe")) {
+		uint32_t sh = 0;
+		MOE_TRY(js_u32(cfg, "shared_intermediate_size", &sh, false, e));
+		if (sh) {
+			hp->n_ff_shexp = sh;
+			hp->n_expert_shared = 1;
+		}
 		MOE_TRY(js_f64(cfg, "embedding_multiplier", &hp->embedding_scale, e));
 		MOE_TRY(js_f64(cfg, "residual_multiplier", &hp->residual_scale, e));
 		MOE_TRY(js_f64(cfg, "attention_multiplier", &hp->attention_scale, e));
@@ -377,14 +552,40 @@ static int hf_from_config(moe_hparams *hp, const json_t *cfg, bool has_lm_head, 
 			hp->rope_scaling = MOE_ROPE_SCALING_YARN;
 		else if (!strcmp(ty, "llama3"))
 			hp->rope_scaling = MOE_ROPE_SCALING_LLAMA3;
+		else if (!strcmp(ty, "longrope"))
+			hp->rope_scaling = MOE_ROPE_SCALING_LONGROPE;
 		else if (*ty && strcmp(ty, "default"))
 			return moe_err(e, MOE_EUNSUPPORTED,
 				       "config.json: rope_scaling type '%s' is not supported "
-				       "(linear, yarn, llama3)", ty);
+				       "(linear, yarn, llama3, longrope)", ty);
 		if (hp->rope_scaling != MOE_ROPE_SCALING_NONE) {
-			MOE_TRY(js_f64(rs, "factor", &hp->rope_factor, e));
+			if (hp->rope_scaling != MOE_ROPE_SCALING_LONGROPE)
+				MOE_TRY(js_f64(rs, "factor", &hp->rope_factor, e));
 			MOE_TRY(js_u32(rs, "original_max_position_embeddings", &hp->rope_orig_ctx,
 				       false, e));
+			if (!hp->rope_orig_ctx)
+				MOE_TRY(js_u32(cfg, "original_max_position_embeddings",
+					       &hp->rope_orig_ctx, false, e));
+		}
+		if (hp->rope_scaling == MOE_ROPE_SCALING_YARN) {
+			MOE_TRY(js_f64(rs, "beta_fast", &hp->rope_beta_fast, e));
+			MOE_TRY(js_f64(rs, "beta_slow", &hp->rope_beta_slow, e));
+			MOE_TRY(js_bool(rs, "truncate", &hp->rope_yarn_truncate, e));
+			hp->rope_mscale = yarn_default_mscale((double)(float)hp->rope_factor);
+			MOE_TRY(js_f64(rs, "attention_factor", &hp->rope_mscale, e));
+			/* DeepSeek: mscale = 1 + 0.1 mscale_all_dim ln(factor), kept as
+			 * GGUF's yarn_log_multiplier (0.1 mscale_all_dim) */
+			double all = 0;
+			MOE_TRY(js_f64(rs, "mscale_all_dim", &all, e));
+			hp->rope_yarn_log_mul = (double)(float)(0.1 * all);
+		}
+		if (hp->rope_scaling == MOE_ROPE_SCALING_LONGROPE) {
+			json_t *sm = json_object_get(rs, "short_mscale"), *lm = json_object_get(rs, "long_mscale");
+			if (!json_is_number(sm) || !json_is_number(lm))
+				return moe_err(e, MOE_EFORMAT, "config.json: rope_scaling.short_mscale and "
+							       "long_mscale must be numbers (LongRoPE)");
+			hp->rope_mscale = json_number_value(sm);
+			hp->rope_mscale_long = json_number_value(lm);
 		}
 	}
 	if (!hp->head_dim && hp->n_head)
@@ -400,6 +601,7 @@ static int hf_from_config(moe_hparams *hp, const json_t *cfg, bool has_lm_head, 
 						       "must be in (0, 1]", partial);
 		hp->n_rot = (uint32_t)(hp->head_dim * partial);
 	}
+	finish(hp, a);
 	return 0;
 }
 
@@ -431,6 +633,7 @@ static const char *rope_scaling_name(moe_rope_scaling s)
 	case MOE_ROPE_SCALING_LINEAR: return "linear";
 	case MOE_ROPE_SCALING_YARN: return "yarn";
 	case MOE_ROPE_SCALING_LLAMA3: return "llama3";
+	case MOE_ROPE_SCALING_LONGROPE: return "longrope";
 	default: return "none";
 	}
 }
@@ -456,6 +659,12 @@ json_t *moe_hparams_to_json(const moe_hparams *hp)
 	json_object_set_new(rope, "scaling", json_string(rope_scaling_name(hp->rope_scaling)));
 	json_object_set_new(rope, "factor", jreal(hp->rope_factor));
 	json_object_set_new(rope, "orig_ctx", json_integer(hp->rope_orig_ctx));
+	json_object_set_new(rope, "beta_fast", jreal(hp->rope_beta_fast));
+	json_object_set_new(rope, "beta_slow", jreal(hp->rope_beta_slow));
+	json_object_set_new(rope, "yarn_log_multiplier", jreal(hp->rope_yarn_log_mul));
+	json_object_set_new(rope, "yarn_truncate", json_boolean(hp->rope_yarn_truncate));
+	json_object_set_new(rope, "mscale", jreal(hp->rope_mscale));
+	json_object_set_new(rope, "mscale_long", jreal(hp->rope_mscale_long));
 #define U(k) json_object_set_new(o, #k, json_integer(hp->k))
 	U(n_vocab); U(n_ctx_train); U(n_embd); U(n_layer); U(n_head); U(n_head_kv); U(head_dim);
 	U(head_dim_v); U(n_ff); U(n_expert); U(n_expert_used); U(n_ff_exp); U(n_expert_shared);
@@ -476,6 +685,28 @@ json_t *moe_hparams_to_json(const moe_hparams *hp)
 	json_object_set_new(o, "residual_scale", jreal(hp->residual_scale));
 	json_object_set_new(o, "attention_scale", jreal(hp->attention_scale));
 	json_object_set_new(o, "logit_scale", jreal(hp->logit_scale));
+	json_object_set_new(o, "attention", json_string(hp->attention == MOE_ATTN_MLA ? "mla" : "mha"));
+	json_object_set_new(o, "kq_scale", jreal(hp->kq_scale));
+	json_object_set_new(o, "expert_groups", json_integer(hp->expert_groups));
+	json_object_set_new(o, "expert_groups_used", json_integer(hp->expert_groups_used));
+	json_object_set_new(o, "expert_group_score",
+			    json_string(hp->expert_group_score == MOE_GROUP_SCORE_TOP2SUM ? "top2sum"
+											   : "max"));
+	json_object_set_new(o, "expert_router", json_string(hp->expert_router == MOE_ROUTER_SPARSEMIXER
+								    ? "sparsemixer" : "topk"));
+	json_object_set_new(o, "router_jitter_eps", jreal(hp->router_jitter_eps));
+	json_object_set_new(o, "sliding_window", json_integer(hp->sliding_window));
+	json_t *sl = json_array();
+	for (uint32_t il = 0; il < hp->n_layer && il < MOE_HP_MAX_LAYERS; il++)
+		if (moe_hparams_layer_slides(hp, il))
+			json_array_append_new(sl, json_integer(il));
+	json_object_set_new(o, "sliding_layers", sl);
+	json_object_set_new(o, "attn_sinks", json_boolean(hp->attn_sinks));
+	json_object_set_new(o, "expert_bias", json_boolean(hp->expert_bias));
+	json_object_set_new(o, "ffn_act", json_string(hp->ffn_act == MOE_ACT_SWIGLU_OAI ? "swiglu_oai"
+											: "silu"));
+	json_object_set_new(o, "swiglu_alpha", jreal(hp->swiglu_alpha));
+	json_object_set_new(o, "swiglu_limit", jreal(hp->swiglu_limit));
 	return o;
 }
 
@@ -518,10 +749,89 @@ static int jget_enum(const json_t *o, const char *k, const char *const *names, i
 		       k);
 }
 
+/* The fields added for issue 14 are optional: files written before them
+ * take the defaults (what those files meant). */
+static int jopt_u32(const json_t *o, const char *k, uint32_t *out, moe_error *e)
+{
+	return json_object_get(o, k) ? jget_u32(o, k, out, e) : 0;
+}
+static int jopt_f64(const json_t *o, const char *k, double *out, moe_error *e)
+{
+	return json_object_get(o, k) ? jget_f64(o, k, out, e) : 0;
+}
+static int jopt_bool(const json_t *o, const char *k, bool *out, moe_error *e)
+{
+	return json_object_get(o, k) ? jget_bool(o, k, out, e) : 0;
+}
+static int jopt_enum(const json_t *o, const char *k, const char *const *names, int *out,
+		     moe_error *e)
+{
+	return json_object_get(o, k) ? jget_enum(o, k, names, out, e) : 0;
+}
+
+static int from_json_issue14(moe_hparams *hp, const json_t *o, const json_t *rope, moe_error *e)
+{
+	static const char *const attn[] = {"mha", "mla", NULL};
+	static const char *const gscore[] = {"max", "top2sum", NULL};
+	static const char *const routers[] = {"topk", "sparsemixer", NULL};
+	static const char *const acts[] = {"silu", "swiglu_oai", NULL};
+	/* what the engine computed before these fields existed (the files of
+	 * that time that it ran: ordinary attention scaled by 1/sqrt(head)) */
+	moe_hparams_set_defaults14(hp);
+	int v = (int)hp->attention;
+	MOE_TRY(jopt_enum(o, "attention", attn, &v, e));
+	hp->attention = (moe_attention)v;
+	MOE_TRY(jopt_f64(o, "kq_scale", &hp->kq_scale, e));
+	MOE_TRY(jopt_u32(o, "expert_groups", &hp->expert_groups, e));
+	MOE_TRY(jopt_u32(o, "expert_groups_used", &hp->expert_groups_used, e));
+	v = 0;
+	MOE_TRY(jopt_enum(o, "expert_group_score", gscore, &v, e));
+	hp->expert_group_score = (moe_group_score)v;
+	v = 0;
+	MOE_TRY(jopt_enum(o, "expert_router", routers, &v, e));
+	hp->expert_router = (moe_router)v;
+	MOE_TRY(jopt_f64(o, "router_jitter_eps", &hp->router_jitter_eps, e));
+	MOE_TRY(jopt_f64(rope, "beta_fast", &hp->rope_beta_fast, e));
+	MOE_TRY(jopt_f64(rope, "beta_slow", &hp->rope_beta_slow, e));
+	MOE_TRY(jopt_f64(rope, "yarn_log_multiplier", &hp->rope_yarn_log_mul, e));
+	MOE_TRY(jopt_bool(rope, "yarn_truncate", &hp->rope_yarn_truncate, e));
+	/* YaRN's default attention factor, which is what the engine applied
+	 * before the field existed */
+	if (hp->rope_scaling == MOE_ROPE_SCALING_YARN)
+		hp->rope_mscale = yarn_default_mscale((double)(float)hp->rope_factor);
+	MOE_TRY(jopt_f64(rope, "mscale", &hp->rope_mscale, e));
+	hp->rope_mscale_long = hp->rope_mscale;
+	MOE_TRY(jopt_f64(rope, "mscale_long", &hp->rope_mscale_long, e));
+	MOE_TRY(jopt_u32(o, "sliding_window", &hp->sliding_window, e));
+	const json_t *sl = json_object_get(o, "sliding_layers");
+	if (sl) {
+		size_t i;
+		const json_t *x;
+		if (!json_is_array(sl))
+			return moe_err(e, MOE_EFORMAT, "metadata: hparams.sliding_layers is not a list");
+		json_array_foreach(sl, i, x) {
+			json_int_t il = json_is_integer(x) ? json_integer_value(x) : -1;
+			if (il < 0 || il >= (json_int_t)hp->n_layer || il >= (json_int_t)MOE_HP_MAX_LAYERS)
+				return moe_err(e, MOE_EFORMAT, "metadata: hparams.sliding_layers[%zu] is "
+							       "not a layer index below n_layer (%u)",
+					       i, hp->n_layer);
+			hp->sliding_layers[il / 8] |= (uint8_t)(1u << (il % 8));
+		}
+	}
+	MOE_TRY(jopt_bool(o, "attn_sinks", &hp->attn_sinks, e));
+	MOE_TRY(jopt_bool(o, "expert_bias", &hp->expert_bias, e));
+	v = 0;
+	MOE_TRY(jopt_enum(o, "ffn_act", acts, &v, e));
+	hp->ffn_act = (moe_ffn_act)v;
+	MOE_TRY(jopt_f64(o, "swiglu_alpha", &hp->swiglu_alpha, e));
+	MOE_TRY(jopt_f64(o, "swiglu_limit", &hp->swiglu_limit, e));
+	return 0;
+}
+
 int moe_hparams_from_json(moe_hparams *hp, const json_t *o, moe_error *e)
 {
 	static const char *const rope_kinds[] = {"norm", "neox", NULL};
-	static const char *const scalings[] = {"none", "linear", "yarn", "llama3", NULL};
+	static const char *const scalings[] = {"none", "linear", "yarn", "llama3", "longrope", NULL};
 	static const char *const norms[] = {"rms", "layer", NULL};
 	static const char *const qk[] = {"none", "per_head", "full", NULL};
 	static const char *const gatings[] = {"softmax", "sigmoid", NULL};
@@ -561,6 +871,7 @@ int moe_hparams_from_json(moe_hparams *hp, const json_t *o, moe_error *e)
 	MOE_TRY(jget_f64(o, "residual_scale", &hp->residual_scale, e));
 	MOE_TRY(jget_f64(o, "attention_scale", &hp->attention_scale, e));
 	MOE_TRY(jget_f64(o, "logit_scale", &hp->logit_scale, e));
+	MOE_TRY(from_json_issue14(hp, o, rope, e));
 	return moe_hparams_check(hp, e);
 }
 

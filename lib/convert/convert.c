@@ -26,6 +26,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static bool is_float_type(int t)
+{
+	return t == MOE_F32 || t == MOE_F16 || t == MOE_BF16;
+}
+
 typedef struct plan_tensor {
 	moe_uth_tensor desc;
 	char name[96];
@@ -41,6 +46,14 @@ typedef struct plan_tensor {
 	int64_t row_idx;
 	float *fbuf;
 	uint64_t sort_key;
+	/* A gather (MLA's per-head k_b/v_b from kv_b, gpt-oss's interleaved
+	 * and transposed experts): output element (i2, i1, i0) is source
+	 * element g_base + i2 g_stride[2] + i1 g_stride[1] + i0 g_stride[0],
+	 * counted from src_off; the g_count source elements are decoded to
+	 * float once, and freed when the tensor's last byte is produced. */
+	bool gather;
+	uint64_t g_stride[3], g_base, g_count;
+	float *g_src;
 } plan_tensor;
 
 typedef struct plan {
@@ -48,6 +61,8 @@ typedef struct plan {
 	plan_tensor *t;
 	size_t n, cap;
 	const char *input;
+	moe_src *mem_src[4]; /* tensors made from config.json values */
+	size_t n_mem_src;
 } plan;
 
 static int plan_push(plan *p, plan_tensor **out, moe_error *e)
@@ -72,7 +87,10 @@ static void plan_free(plan *p)
 		free(p->t[i].block);
 		free(p->t[i].row);
 		free(p->t[i].fbuf);
+		free(p->t[i].g_src);
 	}
+	for (size_t i = 0; i < p->n_mem_src; i++)
+		moe_src_close(p->mem_src[i]);
 	free(p->t);
 	moe_arena_free(&p->arena);
 }
@@ -110,9 +128,66 @@ static int load_block(plan_tensor *t, uint64_t sr, uint64_t in_row_bytes, moe_er
 	return 0;
 }
 
+/* Output row r of a gather into t->row. */
+static int gather_row(plan_tensor *t, uint64_t r, moe_error *e)
+{
+	if (!t->g_src) {
+		uint64_t nb;
+		MOE_TRY(moe_type_nbytes(t->src_dtype, t->g_count, &nb, e));
+		uint8_t *raw = malloc(nb ? nb : 1);
+		t->g_src = malloc(t->g_count * sizeof(float));
+		if (!raw || !t->g_src) {
+			free(raw);
+			return moe_err(e, MOE_ENOMEM, "out of memory converting '%s'", t->name);
+		}
+		int rc = moe_src_read(t->src, t->src_off, raw, nb, e);
+		if (rc == 0)
+			moe_type_get(t->src_dtype)->to_float(raw, t->g_src, (int64_t)t->g_count);
+		free(raw);
+		MOE_TRY(rc);
+	}
+	uint64_t i1 = r % t->desc.ne[1], i2 = r / t->desc.ne[1];
+	uint64_t at = t->g_base + i2 * t->g_stride[2] + i1 * t->g_stride[1];
+	for (uint64_t i0 = 0; i0 < t->row_elems; i0++)
+		t->fbuf[i0] = t->g_src[at + i0 * t->g_stride[0]];
+	moe_type_get(t->desc.dtype)->from_float(t->fbuf, t->row, (int64_t)t->row_elems);
+	return 0;
+}
+
 static int plan_fill(void *ctx, uint64_t off, void *buf, size_t n, moe_error *e)
 {
 	plan_tensor *t = ctx;
+	if (t->gather) {
+		uint64_t out_row;
+		MOE_TRY(moe_type_nbytes(t->desc.dtype, t->row_elems, &out_row, e));
+		if (!t->row) {
+			t->row = malloc(out_row);
+			t->fbuf = malloc(t->row_elems * sizeof(float));
+			if (!t->row || !t->fbuf)
+				return moe_err(e, MOE_ENOMEM, "out of memory converting '%s'", t->name);
+		}
+		uint8_t *dst = buf;
+		while (n > 0) {
+			uint64_t r = off / out_row, within = off % out_row;
+			if ((int64_t)r != t->row_idx) {
+				MOE_TRY(gather_row(t, r, e));
+				t->row_idx = (int64_t)r;
+			}
+			size_t k = (size_t)(out_row - within) < n ? (size_t)(out_row - within) : n;
+			memcpy(dst, t->row + within, k);
+			dst += k;
+			off += k;
+			n -= k;
+		}
+		/* the whole tensor produced: drop the decoded source (a pipe's
+		 * second pass decodes it again) */
+		if (off == out_row * t->n_rows) {
+			free(t->g_src);
+			t->g_src = NULL;
+			t->row_idx = -1;
+		}
+		return 0;
+	}
 	if (!t->perm_heads && t->src_dtype == t->desc.dtype)
 		return moe_src_read(t->src, t->src_off + off, buf, n, e);
 
@@ -221,12 +296,83 @@ static int plan_add(plan *p, const moe_tensor_place *pl, int out_dtype, uint32_t
 	return 0;
 }
 
+/* Add a gathered tensor (see plan_tensor): `count` source elements from
+ * element `first` of the source tensor at src_off, strides fastest first. */
+static int plan_add_gather(plan *p, const moe_tensor_place *pl, int out_dtype, uint32_t n_dims,
+			   const uint64_t ne[4], moe_src *src, uint64_t src_off, int src_dtype,
+			   uint64_t first, uint64_t count, uint64_t base, const uint64_t stride[3],
+			   moe_error *e)
+{
+	const moe_type_traits *ti = moe_type_get(src_dtype);
+	if (!ti || !ti->to_float || first % ti->block_size || count % ti->block_size)
+		return moe_err(e, MOE_EUNSUPPORTED, "%s: tensor '%s': cannot split a %s source here",
+			       p->input, pl->name, moe_type_name(src_dtype));
+	uint64_t skip;
+	MOE_TRY(moe_type_nbytes(src_dtype, first, &skip, e));
+	MOE_TRY(plan_add(p, pl, out_dtype, n_dims, ne, src, src_off + skip, src_dtype, 0, e));
+	plan_tensor *t = &p->t[p->n - 1];
+	/* the last element gathered must lie inside the decoded range */
+	uint64_t last = base;
+	for (int d = 0; d < 3; d++)
+		last += (ne[d] - 1) * stride[d];
+	if (last >= count)
+		return moe_err(e, MOE_EINTERNAL, "%s: tensor '%s': gather out of range", p->input,
+			       pl->name);
+	t->gather = true;
+	t->g_base = base;
+	t->g_count = count;
+	memcpy(t->g_stride, stride, sizeof t->g_stride);
+	return 0;
+}
+
+/* The type of a split or transposed tensor: what was asked (--type) or the
+ * source's float type; a row that is not whole blocks falls back to F16, a
+ * block-quantised GGUF source to Q8_0 (rows of 32) or F16. */
+static int split_type(int want, int src_dtype, uint64_t row)
+{
+	if (want < 0)
+		want = is_float_type(src_dtype) ? src_dtype : MOE_Q8_0;
+	if (row % moe_type_get(want)->block_size)
+		return is_float_type(want) ? want : MOE_F16;
+	return want;
+}
+
+/* DeepSeek's kv_b (H(N+V) rows of L: per head N k_nope rows then V value
+ * rows) as the absorbed form's per-head matrices: attn_k_b [N, L, H]
+ * (k_b[h] = the k rows transposed, L rows of N) and attn_v_b [L, V, H]. */
+static int plan_split_kv_b(plan *p, const moe_hparams *hp, int layer, const uint64_t ne[4],
+			   uint32_t n_dims, moe_src *src, uint64_t off, int src_dtype, int want,
+			   moe_error *e)
+{
+	uint64_t H = hp->n_head, R = hp->rope_head_dim, N = hp->head_dim - R, V = hp->head_dim_v,
+		 L = hp->kv_lora_rank;
+	if (hp->attention != MOE_ATTN_MLA || n_dims != 2 || ne[0] != L || ne[1] != H * (N + V))
+		return moe_err(e, MOE_EFORMAT, "%s: layer %d: attn_kv_b has shape [%llu, %llu] but "
+					       "the hparams give [%llu, %llu] (kv_lora_rank, heads x "
+					       "(no-rope + value head size))",
+			       p->input, layer, (unsigned long long)ne[0], (unsigned long long)ne[1],
+			       (unsigned long long)L, (unsigned long long)(H * (N + V)));
+	moe_tensor_place pl;
+	char nm[96];
+	uint64_t count = ne[0] * ne[1];
+	snprintf(nm, sizeof nm, "blk.%d.attn_k_b.weight", layer);
+	MOE_TRY(moe_arch_place_canonical(nm, &pl, e));
+	uint64_t nk[4] = {N, L, H, 1}, sk[3] = {L, 1, (N + V) * L};
+	MOE_TRY(plan_add_gather(p, &pl, split_type(want, src_dtype, N), 3, nk, src, off, src_dtype, 0,
+				count, 0, sk, e));
+	snprintf(nm, sizeof nm, "blk.%d.attn_v_b.weight", layer);
+	MOE_TRY(moe_arch_place_canonical(nm, &pl, e));
+	uint64_t nv[4] = {L, V, H, 1}, sv[3] = {1, L, (N + V) * L};
+	return plan_add_gather(p, &pl, split_type(want, src_dtype, L), 3, nv, src, off, src_dtype, 0,
+			       count, N * L, sv, e);
+}
+
 /* ------------------------------------------------------------- GGUF */
 
 static const char *const stacked_bases[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
 static const char *const split_bases[] = {"ffn_gate", "ffn_up", "ffn_down"};
 
-static int plan_gguf(plan *p, const moe_gguf *g, moe_error *e)
+static int plan_gguf(plan *p, const moe_gguf *g, const moe_hparams *hp, moe_error *e)
 {
 	for (uint64_t i = 0; i < g->n_tensors; i++) {
 		const moe_gguf_tensor *gt = &g->tensors[i];
@@ -234,6 +380,40 @@ static int plan_gguf(plan *p, const moe_gguf *g, moe_error *e)
 		char base[64];
 		int n = 0;
 		int stacked = -1;
+		/* gpt-oss's expert biases [F or D, experts]: one row per expert */
+		if (sscanf(gt->name, "blk.%u.%63[a-z_].bias%n", &l, base, &n) == 2 &&
+		    gt->name[n] == '\0')
+			for (int k = 0; k < 3; k++)
+				if (!strcmp(base, stacked_bases[k]))
+					stacked = k;
+		if (stacked >= 0) {
+			if (gt->n_dims != 2 || gt->ne[1] == 0 || gt->ne[1] > 0xFFFE || l > 0xFFFE ||
+			    gt->size % gt->ne[1])
+				return moe_err(e, MOE_EFORMAT, "%s: tensor '%s': expected 2 dimensions "
+							       "[out, experts]", p->input, gt->name);
+			uint64_t slice = gt->size / gt->ne[1];
+			for (uint64_t x = 0; x < gt->ne[1]; x++) {
+				moe_tensor_place pl;
+				char nm[96];
+				snprintf(nm, sizeof nm, "blk.%u.%s.%llu.bias", l, split_bases[stacked],
+					 (unsigned long long)x);
+				MOE_TRY(moe_arch_place_canonical(nm, &pl, e));
+				uint64_t ne[4] = {gt->ne[0], 1, 1, 1};
+				MOE_TRY(plan_add(p, &pl, gt->dtype, 1, ne, g->src, gt->offset + x * slice,
+						 gt->dtype, 0, e));
+			}
+			continue;
+		}
+		n = 0;
+		/* older deepseek2 GGUFs: kv_b unsplit */
+		if (sscanf(gt->name, "blk.%u.attn_kv_b.weight%n", &l, &n) == 1 && gt->name[n] == '\0' &&
+		    l <= 0xFFFE) {
+			uint64_t ne[4] = {gt->ne[0], gt->ne[1], 1, 1};
+			MOE_TRY(plan_split_kv_b(p, hp, (int)l, ne, gt->n_dims, g->src, gt->offset,
+						gt->dtype, -1, e));
+			continue;
+		}
+		n = 0;
 		if (sscanf(gt->name, "blk.%u.%63[a-z_].weight%n", &l, base, &n) == 2 &&
 		    gt->name[n] == '\0')
 			for (int k = 0; k < 3; k++)
@@ -262,7 +442,17 @@ static int plan_gguf(plan *p, const moe_gguf *g, moe_error *e)
 			continue;
 		}
 		moe_tensor_place pl;
-		int rc = moe_arch_place_canonical(gt->name, &pl, e);
+		const char *cname = gt->name;
+		char renamed[96];
+		/* gpt-oss: llama.cpp calls the pre-MoE norm post_attention_norm */
+		n = 0;
+		if (!strcmp(hp->arch, "gpt-oss") &&
+		    sscanf(gt->name, "blk.%u.post_attention_norm.weight%n", &l, &n) == 1 &&
+		    gt->name[n] == '\0') {
+			snprintf(renamed, sizeof renamed, "blk.%u.ffn_norm.weight", l);
+			cname = renamed;
+		}
+		int rc = moe_arch_place_canonical(cname, &pl, e);
 		if (rc == MOE_ENOTFOUND) {
 			/* Keep what we do not know under its own name. */
 			memset(&pl, 0, sizeof pl);
@@ -285,10 +475,6 @@ static int plan_gguf(plan *p, const moe_gguf *g, moe_error *e)
 
 /* ------------------------------------------------------- safetensors */
 
-static bool is_float_type(int t)
-{
-	return t == MOE_F32 || t == MOE_F16 || t == MOE_BF16;
-}
 
 /* Float types, and the block types whose reference quantiser produces the
  * same bytes as ggml's (quant.h): round-to-nearest, no importance matrix. */
@@ -298,9 +484,115 @@ bool moe_convert_type_ok(int t)
 	       t == MOE_Q5_0 || t == MOE_Q5_1;
 }
 
+/* gpt-oss's stacked experts (names from moe_arch_map_hf_name, "oai_...";
+ * shapes slowest first): gate_up_proj (E, D, 2F) with gate in the even and
+ * up in the odd columns, down_proj (E, F, D) — both [in, out], transposed
+ * here to rows of inputs — and their biases (E, 2F) interleaved the same
+ * way and (E, D); split into one tensor per expert. */
+static int plan_hf_oai(plan *p, const moe_hparams *hp, const moe_hf_tensor *ht, int layer,
+		       const char *what, int want, moe_error *e)
+{
+	if (strstr(what, ".blocks") || strstr(what, ".scales"))
+		return moe_err(e, MOE_EUNSUPPORTED, "%s: tensor '%s': MXFP4 blocks from safetensors "
+						    "are not supported yet (convert the GGUF)",
+			       p->input, ht->name);
+	bool gate_up = !strncmp(what, "oai_gate_up", 11), bias = strstr(what, ".bias") != NULL;
+	uint64_t E = hp->n_expert, D = hp->n_embd, F = hp->n_ff_exp;
+	uint64_t want_shape[3] = {E, bias ? (gate_up ? 2 * F : D) : gate_up ? D : F,
+				  gate_up ? 2 * F : D};
+	uint32_t want_dims = bias ? 2 : 3;
+	bool ok = ht->n_dims == want_dims;
+	for (uint32_t d = 0; ok && d < want_dims; d++)
+		ok = ht->shape[d] == want_shape[d];
+	if (!ok)
+		return moe_err(e, MOE_EFORMAT, "%s: tensor '%s': expected shape (%llu, %llu%s%llu) "
+					       "from num_local_experts, hidden_size and "
+					       "intermediate_size",
+			       p->input, ht->name, (unsigned long long)want_shape[0],
+			       (unsigned long long)want_shape[1], bias ? "" : ", ",
+			       bias ? 0ull : (unsigned long long)want_shape[2]);
+	for (uint64_t x = 0; x < E; x++)
+		for (int part = 0; part < (gate_up ? 2 : 1); part++) {
+			const char *b = !gate_up ? "ffn_down" : part ? "ffn_up" : "ffn_gate";
+			char nm[96];
+			moe_tensor_place pl;
+			snprintf(nm, sizeof nm, "blk.%d.%s.%llu.%s", layer, b, (unsigned long long)x,
+				 bias ? "bias" : "weight");
+			MOE_TRY(moe_arch_place_canonical(nm, &pl, e));
+			if (bias) {
+				uint64_t n = gate_up ? F : D, w = gate_up ? 2 * F : D;
+				uint64_t ne[4] = {n, 1, 1, 1}, st[3] = {gate_up ? 2 : 1, 0, 0};
+				MOE_TRY(plan_add_gather(p, &pl, MOE_F32, 1, ne, ht->src, ht->offset,
+							ht->dtype, x * w, w, (uint64_t)part, st, e));
+			} else if (gate_up) {
+				uint64_t ne[4] = {D, F, 1, 1}, st[3] = {2 * F, 2, 0};
+				MOE_TRY(plan_add_gather(p, &pl, split_type(want, ht->dtype, D), 2, ne,
+							ht->src, ht->offset, ht->dtype, x * D * 2 * F,
+							D * 2 * F, (uint64_t)part, st, e));
+			} else {
+				uint64_t ne[4] = {F, D, 1, 1}, st[3] = {D, 1, 0};
+				MOE_TRY(plan_add_gather(p, &pl, split_type(want, ht->dtype, F), 2, ne,
+							ht->src, ht->offset, ht->dtype, x * F * D, F * D,
+							0, st, e));
+			}
+		}
+	return 0;
+}
+
+/* Phi-3.5-MoE's LongRoPE factors live in config.json (rope_scaling.
+ * short_factor / long_factor); GGUF and UTH keep them as the F32 tensors
+ * rope_factors_short.weight / rope_factors_long.weight. */
+static int plan_hf_longrope(plan *p, const moe_hparams *hp, const char *config_json, moe_error *e)
+{
+	static const char *const keys[2] = {"short_factor", "long_factor"};
+	static const char *const names[2] = {"rope_factors_short.weight", "rope_factors_long.weight"};
+	json_t *cfg = json_loads(config_json, 0, NULL);
+	json_t *rs = json_object_get(cfg, "rope_scaling");
+	int rc = 0;
+	for (int k = 0; k < 2 && rc == 0; k++) {
+		json_t *arr = json_object_get(rs, keys[k]);
+		size_t n = hp->n_rot / 2;
+		if (!json_is_array(arr) || json_array_size(arr) != n) {
+			rc = moe_err(e, MOE_EFORMAT, "%s: config.json: rope_scaling.%s must be a list of "
+						     "%zu numbers (half the rotary dimensions)",
+				     p->input, keys[k], n);
+			break;
+		}
+		float *v = moe_arena_alloc(&p->arena, n * sizeof *v, sizeof(float));
+		if (!v || p->n_mem_src == sizeof p->mem_src / sizeof p->mem_src[0]) {
+			rc = moe_err(e, MOE_ENOMEM, "out of memory");
+			break;
+		}
+		for (size_t i = 0; i < n && rc == 0; i++) {
+			json_t *x = json_array_get(arr, i);
+			double d = json_number_value(x);
+			if (!json_is_number(x) || !isfinite(d) || !(d > 0) || d > MOE_HP_MAX_REAL)
+				rc = moe_err(e, MOE_EFORMAT, "%s: config.json: rope_scaling.%s[%zu] must "
+							     "be a positive number",
+					     p->input, keys[k], i);
+			v[i] = (float)d;
+		}
+		moe_src *src;
+		if (rc == 0)
+			rc = moe_src_open_mem(&src, names[k], v, n * sizeof *v, e);
+		if (rc == 0) {
+			p->mem_src[p->n_mem_src++] = src;
+			moe_tensor_place pl;
+			uint64_t ne[4] = {n, 1, 1, 1};
+			rc = moe_arch_place_canonical(names[k], &pl, e);
+			if (rc == 0)
+				rc = plan_add(p, &pl, MOE_F32, 1, ne, src, 0, MOE_F32, 0, e);
+		}
+	}
+	json_decref(cfg);
+	return rc;
+}
+
 static int plan_hf(plan *p, const moe_hf *h, const moe_arch_info *a, const moe_hparams *hp,
 		   int out_type, moe_error *e)
 {
+	if (hp->rope_scaling == MOE_ROPE_SCALING_LONGROPE)
+		MOE_TRY(plan_hf_longrope(p, hp, h->config_json, e));
 	for (uint64_t i = 0; i < h->n_tensors; i++) {
 		const moe_hf_tensor *ht = &h->tensors[i];
 		moe_tensor_place pl;
@@ -343,6 +635,37 @@ static int plan_hf(plan *p, const moe_hf *h, const moe_arch_info *a, const moe_h
 		if (a->permute_hf_qk && (pl.role == MOE_UTH_ROLE_ATTN_K || pl.role == MOE_UTH_ROLE_ATTN_K_BIAS))
 			perm = hp->n_head_kv;
 
+		if (pl.role == MOE_UTH_ROLE_ATTN_KV_B) {
+			MOE_TRY(plan_split_kv_b(p, hp, pl.layer, ne, nd, ht->src, ht->offset, ht->dtype,
+						out_type, e));
+			continue;
+		}
+		const char *oai = strstr(pl.name, ".oai_");
+		if (oai) {
+			MOE_TRY(plan_hf_oai(p, hp, ht, pl.layer, oai + 1, out_type, e));
+			continue;
+		}
+		if (strstr(pl.name, ".ffn_gate_up_shexp.")) {
+			/* GraniteMoeShared: (2S, D), the gate rows then the up rows */
+			if (nd != 2 || ne[1] % 2)
+				return moe_err(e, MOE_EFORMAT, "%s: tensor '%s': expected an even number "
+							       "of rows (gate and up)",
+					       p->input, ht->name);
+			uint64_t row_bytes;
+			MOE_TRY(moe_type_nbytes(ht->dtype, ne[0], &row_bytes, e));
+			for (int part = 0; part < 2; part++) {
+				moe_tensor_place sp;
+				char nm[96];
+				snprintf(nm, sizeof nm, "blk.%d.%s.weight", pl.layer,
+					 part ? "ffn_up_shexp" : "ffn_gate_shexp");
+				MOE_TRY(moe_arch_place_canonical(nm, &sp, e));
+				uint64_t ne2[4] = {ne[0], ne[1] / 2, 1, 1};
+				MOE_TRY(plan_add(p, &sp, dst, 2, ne2, ht->src,
+						 ht->offset + (uint64_t)part * (ne[1] / 2) * row_bytes,
+						 ht->dtype, 0, e));
+			}
+			continue;
+		}
 		if (pl.expert < 0 && strstr(pl.name, "_exps.")) {
 			/* GraniteMoE: [E, 2*ff, embd] gate|up and [E, embd, ff] down. */
 			if (ht->n_dims != 3)
@@ -666,7 +989,7 @@ static int conversion_prepare(conversion *c, const char *input, int out_type, mo
 			MOE_TRY(moe_hparams_from_gguf(&c->hp, g, e));
 			MOE_TRY(moe_hparams_check(&c->hp, e) < 0 ? moe_err_prefix(e, "%s", input) : 0);
 			c->has_hp = true;
-			MOE_TRY(plan_gguf(&c->plan, g, e));
+			MOE_TRY(plan_gguf(&c->plan, g, &c->hp, e));
 			MOE_TRY(plan_validate(&c->plan, &c->hp, e));
 		}
 		MOE_TRY(moe_vocab_data_from_gguf(&c->vd, g, &c->vocab_arena, e));

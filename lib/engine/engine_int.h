@@ -123,4 +123,12 @@ static inline uint8_t *moe_kv_v(const moe_engine *eng, int block, int layer)
 /* forward.c */
 int moe_forward(moe_engine *eng, const moe_step_token *t, int B, moe_error *e);
 
+/* arch_phimoe.c — Phi-3.5-MoE's pieces. */
+/* y = (x - mean) / sqrt(var + eps) * w + b over n values (LayerNorm). */
+void moe_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n,
+		   double eps);
+/* The sparsemixer router at inference: scores s[n] (router logits) ->
+ * two experts sel[0..1] and their weights w[0..1]. */
+void moe_sparsemixer(const float *s, int n, double eps, int32_t sel[2], float w[2]);
+
 #endif

@@ -44,6 +44,16 @@ static void rmsnorm(float *y, const float *x, const float *w, int64_t n, double 
 		y[i] = x[i] * scale * w[i];
 }
 
+/* The model's norm: RMSNorm, or LayerNorm with its bias (phimoe). */
+static void norm(const moe_hparams *hp, float *y, const float *x, const float *w, const float *b,
+		 int64_t n)
+{
+	if (hp->norm_kind == MOE_NORM_LAYER)
+		moe_layernorm(y, x, w, b, n, hp->norm_eps);
+	else
+		rmsnorm(y, x, w, n, hp->norm_eps);
+}
+
 static float silu(float x)
 {
 	return x / (1.0f + expf(-x));
@@ -137,16 +147,29 @@ static void rope_tables(moe_engine *eng, const moe_step_token *st, int B)
 	if (yarn) {
 		/* the pair whose wavelength fits `turns` turns into the original context */
 		double n = hp->n_rot, ctx = hp->rope_orig_ctx, lb = log(hp->rope_base);
-		low = floor(n * log(ctx / (32.0 * 2 * M_PI)) / (2 * lb));  /* beta_fast = 32 */
-		high = ceil(n * log(ctx / (1.0 * 2 * M_PI)) / (2 * lb));   /* beta_slow = 1 */
+		low = n * log(ctx / (hp->rope_beta_fast * 2 * M_PI)) / (2 * lb);  /* 32 */
+		high = n * log(ctx / (hp->rope_beta_slow * 2 * M_PI)) / (2 * lb); /* 1 */
+		if (hp->rope_yarn_truncate) /* gpt-oss keeps the ends fractional */
+			low = floor(low), high = ceil(high);
 		low = low < 0 ? 0 : low;
 		high = high > n - 1 ? n - 1 : high;
-		mscale = 1.0 + 0.1 * log(factor);
+		mscale = hp->rope_mscale; /* 1 + 0.1 ln(factor) unless the model says */
 	}
+	/* LongRoPE (phimoe): per-pair divisors and magnitude, the short set
+	 * while the token's position is within the original context (per
+	 * token, so a token's rotation never depends on its step) */
+	const float *lr = NULL;
 	for (int t = 0; t < B; t++) {
 		double pos = st[t].pos;
+		if (hp->rope_scaling == MOE_ROPE_SCALING_LONGROPE) {
+			bool lng = (uint64_t)st[t].pos + 1 > hp->rope_orig_ctx;
+			lr = lng ? eng->m->rope_long : eng->m->rope_short;
+			mscale = lng ? hp->rope_mscale_long : hp->rope_mscale;
+		}
 		for (int i = 0; i < half; i++) {
 			double theta = pos * pow(hp->rope_base, -2.0 * i / hp->n_rot);
+			if (lr)
+				theta /= lr[i];
 			if (hp->rope_scaling == MOE_ROPE_SCALING_LINEAR) {
 				theta /= factor;
 			} else if (yarn) {
@@ -197,7 +220,11 @@ static void attn_worker(void *arg, int ith, int nth)
 	const moe_kernels *k = eng->k;
 	int H = (int)hp->n_head, hd = (int)hp->head_dim, hdv = (int)hp->head_dim_v;
 	int group = H / (int)hp->n_head_kv, bt = eng->kv.block_tokens;
-	float scale = 1.0f / sqrtf((float)hd);
+	/* the model's own q.k multiplier where it has one (Granite's
+	 * attention_scale), else 1/sqrt(hd) computed as before */
+	float scale = fabs(hp->kq_scale * sqrt((double)hd) - 1.0) > 1e-6 ? (float)hp->kq_scale
+									  : 1.0f / sqrtf((float)hd);
+	bool slide = moe_hparams_layer_slides(hp, (uint32_t)j->il);
 	float *scores = eng->att_scratch + (size_t)ith * eng->att_stride;
 	float *vrow = scores + eng->n_ctx;
 	void *qx = eng->q_scratch + (size_t)ith * eng->q_bytes;
@@ -216,7 +243,13 @@ static void attn_worker(void *arg, int ith, int nth)
 		}
 		size_t koff = (size_t)g * eng->kv_head_bytes;
 		float mx = -FLT_MAX;
+		/* sliding-window layers (gpt-oss): keys before p0 take no weight */
+		int p0 = slide && n_pos > (int)hp->sliding_window ? n_pos - (int)hp->sliding_window : 0;
 		for (int p = 0; p < n_pos; p++) {
+			if (p < p0) {
+				scores[p] = -INFINITY;
+				continue;
+			}
 			const uint8_t *kb = moe_kv_k(eng, s->blocks[p / bt], j->il);
 			float sc;
 			kdot(hd, &sc, kb + (size_t)(p % bt) * rowb + koff, qa);
@@ -224,7 +257,11 @@ static void attn_worker(void *arg, int ith, int nth)
 			scores[p] = sc;
 			mx = sc > mx ? sc : mx;
 		}
-		double sum = 0;
+		/* a sink (gpt-oss): one more logit in the denominator, no value */
+		const float *sink = eng->m->layers[j->il].sinks;
+		if (sink)
+			mx = sink[h] > mx ? sink[h] : mx;
+		double sum = sink ? expf(sink[h] - mx) : 0;
 		for (int p = 0; p < n_pos; p++)
 			sum += (scores[p] = expf(scores[p] - mx));
 		float inv = (float)(1.0 / sum);
@@ -281,7 +318,7 @@ static void attention(moe_engine *eng, int il, int B)
 	int64_t nq = H * hd, kvd = Hkv * hd;
 
 	for (int t = 0; t < B; t++)
-		rmsnorm(eng->xn + t * E, eng->x + t * E, L->attn_norm, E, hp->norm_eps);
+		norm(hp, eng->xn + t * E, eng->x + t * E, L->attn_norm, L->attn_norm_b, E);
 	/* q, k and v read the same input: one job */
 	const moe_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
 	float *out[] = {eng->q, eng->kb, eng->vb};
@@ -315,8 +352,13 @@ static void attention(moe_engine *eng, int il, int B)
 	attn_job j = {eng, il, B};
 	moe_pool_run(eng->pool, attn_worker, &j);
 	matmul(eng, &L->wo, il, eng->att, B, eng->tmp, E);
+	if (L->bo)
+		for (int t = 0; t < B; t++)
+			for (int64_t i = 0; i < E; i++)
+				eng->tmp[t * E + i] += L->bo[i];
+	float rs = (float)hp->residual_scale; /* Granite; 1 (exact) elsewhere */
 	for (int64_t i = 0; i < B * E; i++)
-		eng->x[i] += eng->tmp[i];
+		eng->x[i] += eng->tmp[i] * rs;
 }
 
 /* ----------------------------------------------------------------- FFN */
@@ -371,19 +413,48 @@ static void gate_up(const moe_kernels *k, moe_pool *pool, const moe_weight *wg,
 		gate_up_compute(&j, 0, 1);
 }
 
+/* g[m x ff] = act(g + bg, u + bu): SwiGLU, or gpt-oss's clamped variant;
+ * the biases (gpt-oss's experts) may be NULL. */
+static void glu(const moe_hparams *hp, float *g, const float *u, int m, int64_t ff,
+		const float *bg, const float *bu)
+{
+	if (hp->ffn_act != MOE_ACT_SWIGLU_OAI && !bg && !bu) {
+		for (int64_t i = 0; i < (int64_t)m * ff; i++)
+			g[i] = silu(g[i]) * u[i];
+		return;
+	}
+	float lim = (float)hp->swiglu_limit, alpha = (float)hp->swiglu_alpha;
+	for (int64_t i = 0; i < (int64_t)m * ff; i++) {
+		float a = g[i] + (bg ? bg[i % ff] : 0.0f), b = u[i] + (bu ? bu[i % ff] : 0.0f);
+		if (hp->ffn_act == MOE_ACT_SWIGLU_OAI) {
+			a = a < lim ? a : lim;
+			b = b < -lim ? -lim : b > lim ? lim : b;
+			g[i] = (b + 1.0f) * a / (1.0f + expf(-alpha * a));
+		} else {
+			g[i] = silu(a) * b;
+		}
+	}
+}
+
 /* out[m x n_embd] = (silu(x Wg^T) * (x Wu^T)) Wd^T over the pool. */
 static void swiglu_ffn(moe_engine *eng, int il, int expert, const moe_weight *wg,
 		       const moe_weight *wu, const moe_weight *wd, const float *x, int m, float *out)
 {
 	int64_t ff = wg->rows;
+	/* an expert's biases (gpt-oss) */
+	const moe_layer *L = il >= 0 ? &eng->m->layers[il] : NULL;
+	bool eb = expert >= 0 && L && L->exp_gate_b;
 	observe(eng, wg, il, expert, x, m);
 	observe(eng, wu, il, expert, x, m);
 	gate_up(eng->k, eng->pool, wg, wu, x, m, eng->gate, eng->up, eng->scratch);
-	for (int64_t i = 0; i < (int64_t)m * ff; i++)
-		eng->gate[i] = silu(eng->gate[i]) * eng->up[i];
+	glu(&eng->m->hp, eng->gate, eng->up, m, ff, eb ? L->exp_gate_b[expert] : NULL,
+	    eb ? L->exp_up_b[expert] : NULL);
 	observe(eng, wd, il, expert, eng->gate, m);
 	moe_matmul(eng->k, eng->pool, wd->dtype, wd->data, wd->rows, wd->cols, eng->gate, ff, m, out,
 		   wd->rows, eng->scratch);
+	if (eb)
+		for (int64_t i = 0; i < (int64_t)m * wd->rows; i++)
+			out[i] += L->exp_down_b[expert][i % wd->rows];
 }
 
 /* Top-k of n values (k small): indices in decreasing order. */
@@ -409,8 +480,20 @@ static void route(moe_engine *eng, int il, int B)
 	const moe_layer *L = &eng->m->layers[il];
 	int nx = (int)hp->n_expert, k = (int)hp->n_expert_used;
 	matmul(eng, &L->router, il, eng->xn, B, eng->router, nx);
+	if (L->router_b) /* gpt-oss */
+		for (int t = 0; t < B; t++)
+			for (int i = 0; i < nx; i++)
+				eng->router[(int64_t)t * nx + i] += L->router_b[i];
 	for (int t = 0; t < B; t++) {
 		float *r = eng->router + (int64_t)t * nx;
+		if (hp->expert_router == MOE_ROUTER_SPARSEMIXER) { /* phimoe: k is 2 */
+			int32_t *sel = eng->chosen + (int64_t)t * k;
+			float *w = eng->chosen_weight + (int64_t)t * k;
+			moe_sparsemixer(r, nx, hp->router_jitter_eps, sel, w);
+			if (eng->route_fn)
+				eng->route_fn(eng->route_user, il, sel, w, k);
+			continue;
+		}
 		if (hp->gating == MOE_GATING_SIGMOID) {
 			for (int i = 0; i < nx; i++)
 				r[i] = 1.0f / (1.0f + expf(-r[i]));
@@ -499,6 +582,7 @@ typedef struct {
 	moe_engine *eng;
 	int n_active;
 	atomic_int next;   /* the next expert to take */
+	int il;
 } expert_job;
 
 /* Small steps: each thread runs whole experts on its own (one pool wake per
@@ -520,10 +604,15 @@ static void expert_worker(void *arg, int ith, int nth)
 		int m = eng->count_of[a];
 		gather_rows(eng, a, xe);
 		gate_up(eng->k, NULL, x->gate, x->up, xe, m, g, u, scr);
-		for (int64_t i = 0; i < (int64_t)m * ff; i++)
-			g[i] = silu(g[i]) * u[i];
+		const moe_layer *L = &eng->m->layers[j->il];
+		int id = eng->active[a];
+		glu(hp, g, u, m, ff, L->exp_gate_b ? L->exp_gate_b[id] : NULL,
+		    L->exp_up_b ? L->exp_up_b[id] : NULL);
 		moe_matmul(eng->k, NULL, x->down->dtype, x->down->data, x->down->rows, x->down->cols, g,
 			   ff, m, de, E, scr);
+		if (L->exp_down_b)
+			for (int64_t i = 0; i < (int64_t)m * E; i++)
+				de[i] += L->exp_down_b[id][i % E];
 		scatter_rows(eng, a, de);
 	}
 }
@@ -571,7 +660,7 @@ static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
 	if (eng->experts->prefetch)
 		lookahead(eng, il, B);
 	if (B <= EXP_PAR_MAX && !eng->observe_fn) {
-		expert_job j = {eng, n_active, 0};
+		expert_job j = {eng, n_active, 0, il};
 		moe_pool_run(eng->pool, expert_worker, &j);
 	} else {
 		/* each expert over all threads, for the tokens routed to it */
@@ -609,7 +698,7 @@ static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
 				s += eo[(int64_t)c * E + q];
 			if (shared)
 				s += eng->shared_out[(int64_t)t * E + q];
-			x[q] += s;
+			x[q] += s * (float)hp->residual_scale;
 		}
 	}
 	return 0;
@@ -621,12 +710,12 @@ static int ffn(moe_engine *eng, int il, int B, moe_error *e)
 	const moe_layer *L = &eng->m->layers[il];
 	int64_t E = hp->n_embd;
 	for (int t = 0; t < B; t++)
-		rmsnorm(eng->xn + t * E, eng->x + t * E, L->ffn_norm, E, hp->norm_eps);
+		norm(hp, eng->xn + t * E, eng->x + t * E, L->ffn_norm, L->ffn_norm_b, E);
 	if (L->is_moe)
 		return moe_ffn(eng, il, B, e);
 	swiglu_ffn(eng, il, -1, &L->ffn_gate, &L->ffn_up, &L->ffn_down, eng->xn, B, eng->tmp);
 	for (int64_t i = 0; i < (int64_t)B * E; i++)
-		eng->x[i] += eng->tmp[i];
+		eng->x[i] += eng->tmp[i] * (float)hp->residual_scale;
 	return 0;
 }
 
@@ -643,6 +732,9 @@ int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
 		row_to_float(eng, m->tok_embd.dtype,
 			     (const uint8_t *)m->tok_embd.data + (size_t)st[t].id * m->tok_embd.row_bytes,
 			     eng->x + t * E, E);
+	if (hp->embedding_scale != 1.0) /* Granite's embedding multiplier */
+		for (int64_t i = 0; i < (int64_t)B * E; i++)
+			eng->x[i] *= (float)hp->embedding_scale;
 	rope_tables(eng, st, B);
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		attention(eng, (int)il, B);
@@ -656,14 +748,21 @@ int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
 	int n = 0;
 	for (int t = 0; t < B; t++)
 		if (st[t].logits) {
-			rmsnorm(eng->xn + (int64_t)n * E, eng->x + (int64_t)t * E, m->out_norm, E,
-				hp->norm_eps);
+			norm(hp, eng->xn + (int64_t)n * E, eng->x + (int64_t)t * E, m->out_norm,
+			     m->out_norm_b, E);
 			eng->want[n++] = t;
 		}
 	if (!n)
 		return 0;
 	uint32_t nv = hp->n_vocab;
 	matmul(eng, &m->output, -1, eng->xn, n, eng->out_rows, nv);
+	if (m->out_bias) /* phimoe's lm_head bias */
+		for (int i = 0; i < n; i++)
+			for (uint32_t v = 0; v < nv; v++)
+				eng->out_rows[(size_t)i * nv + v] += m->out_bias[v];
+	if (hp->logit_scale != 1.0) /* Granite divides the logits */
+		for (size_t i = 0; i < (size_t)n * nv; i++)
+			eng->out_rows[i] /= (float)hp->logit_scale;
 	for (int i = 0; i < n; i++)
 		memcpy(st[eng->want[i]].logits, eng->out_rows + (size_t)i * nv, nv * sizeof(float));
 	return 0;

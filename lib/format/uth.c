@@ -72,6 +72,12 @@ static const char *const role_names[MOE_UTH_ROLE_COUNT] = {
 	[MOE_UTH_ROLE_ATTN_POST_NORM] = "attn_post_norm",
 	[MOE_UTH_ROLE_FFN_POST_NORM] = "ffn_post_norm",
 	[MOE_UTH_ROLE_OTHER] = "other",
+	[MOE_UTH_ROLE_ATTN_SINKS] = "attn_sinks",
+	[MOE_UTH_ROLE_FFN_GATE_BIAS] = "ffn_gate_bias",
+	[MOE_UTH_ROLE_FFN_UP_BIAS] = "ffn_up_bias",
+	[MOE_UTH_ROLE_FFN_DOWN_BIAS] = "ffn_down_bias",
+	[MOE_UTH_ROLE_ROPE_FACTORS_SHORT] = "rope_factors_short",
+	[MOE_UTH_ROLE_ROPE_FACTORS_LONG] = "rope_factors_long",
 };
 
 const char *moe_uth_role_name(int role)

@@ -14,7 +14,7 @@
 static bool arch_runs(const char *arch)
 {
 	static const char *const ok[] = {"llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "olmoe",
-					 NULL};
+					 "granitemoe", "phimoe", "gpt-oss", NULL};
 	for (int i = 0; ok[i]; i++)
 		if (!strcmp(arch, ok[i]))
 			return true;
@@ -122,6 +122,14 @@ static int bind_layer(moe_model *m, int il, moe_error *e)
 				&L->k_norm, e));
 	}
 	MOE_TRY(get_vec(m, NAME("blk.%d.ffn_norm.weight", il), E, true, &L->ffn_norm, e));
+	/* LayerNorm's biases (phimoe), and the attention output's bias where
+	 * the model has one */
+	bool ln = hp->norm_kind == MOE_NORM_LAYER;
+	MOE_TRY(get_vec(m, NAME("blk.%d.attn_norm.bias", il), E, ln, &L->attn_norm_b, e));
+	MOE_TRY(get_vec(m, NAME("blk.%d.ffn_norm.bias", il), E, ln, &L->ffn_norm_b, e));
+	MOE_TRY(get_vec(m, NAME("blk.%d.attn_output.bias", il), E, false, &L->bo, e));
+	MOE_TRY(get_vec(m, NAME("blk.%d.attn_sinks.weight", il), hp->n_head, hp->attn_sinks, &L->sinks,
+			e));
 
 	L->is_moe = hp->n_expert > 0 && (uint32_t)il >= hp->n_layer_dense_lead;
 	if (!L->is_moe) {
@@ -131,6 +139,25 @@ static int bind_layer(moe_model *m, int il, moe_error *e)
 		return 0;
 	}
 	MOE_TRY(get_weight(m, NAME("blk.%d.ffn_gate_inp.weight", il), hp->n_expert, E, true, &L->router, e));
+	MOE_TRY(get_vec(m, NAME("blk.%d.ffn_gate_inp.bias", il), hp->n_expert, false, &L->router_b, e));
+	if (hp->expert_bias) {
+		/* gpt-oss: each expert's gate, up and down biases */
+		size_t n = hp->n_expert;
+		L->exp_gate_b = calloc(n * 3, sizeof *L->exp_gate_b);
+		if (!L->exp_gate_b)
+			return moe_err(e, MOE_ENOMEM, "out of memory loading model");
+		MOE_TRY(own(m, (void *)L->exp_gate_b, e));
+		L->exp_up_b = L->exp_gate_b + n;
+		L->exp_down_b = L->exp_up_b + n;
+		for (size_t x = 0; x < n; x++) {
+			MOE_TRY(get_vec(m, NAME("blk.%d.ffn_gate.%zu.bias", il, x), hp->n_ff_exp, true,
+					&L->exp_gate_b[x], e));
+			MOE_TRY(get_vec(m, NAME("blk.%d.ffn_up.%zu.bias", il, x), hp->n_ff_exp, true,
+					&L->exp_up_b[x], e));
+			MOE_TRY(get_vec(m, NAME("blk.%d.ffn_down.%zu.bias", il, x), E, true,
+					&L->exp_down_b[x], e));
+		}
+	}
 	size_t nx = hp->n_expert;
 	L->exp_gate = calloc(nx * 3, sizeof(moe_weight));
 	if (!L->exp_gate)
@@ -189,7 +216,7 @@ int moe_model_load(moe_model **out, const char *path, moe_error *e)
 	if (!arch_runs(m->hp.arch)) {
 		rc = moe_err(e, MOE_EUNSUPPORTED,
 			     "%s: architecture '%s' can be converted but not run yet (runs: llama, "
-			     "mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe)",
+			     "mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe, phimoe, gpt-oss)",
 			     path, m->hp.arch);
 		goto fail;
 	}
@@ -216,6 +243,15 @@ int moe_model_load(moe_model **out, const char *path, moe_error *e)
 		goto fail;
 	if (!m->output.data)
 		m->output = m->tok_embd;
+	bool longrope = hp->rope_scaling == MOE_ROPE_SCALING_LONGROPE;
+	if ((rc = get_vec(m, "output_norm.bias", hp->n_embd, hp->norm_kind == MOE_NORM_LAYER,
+			  &m->out_norm_b, e)) < 0 ||
+	    (rc = get_vec(m, "output.bias", hp->n_vocab, false, &m->out_bias, e)) < 0 ||
+	    (rc = get_vec(m, "rope_factors_short.weight", hp->n_rot / 2, longrope, &m->rope_short,
+			  e)) < 0 ||
+	    (rc = get_vec(m, "rope_factors_long.weight", hp->n_rot / 2, longrope, &m->rope_long,
+			  e)) < 0)
+		goto fail;
 	m->layers = calloc(hp->n_layer, sizeof *m->layers);
 	if (!m->layers) {
 		rc = moe_err(e, MOE_ENOMEM, "out of memory");

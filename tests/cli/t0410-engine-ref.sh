@@ -113,6 +113,21 @@ set -- "$@" "qwen2moe-bf16 qwen2moe bf16 tiny $((S + 20))" \
 	"qwen2moe-q4_0 qwen2moe q4_0 tiny $((S + 21))" \
 	"qwen2moe-q5_k qwen2moe q5_k small $((S + 22))" \
 	"qwen2moe-q4_k_m qwen2moe q4_k_m small $((S + 23))"
+# issue 14: Granite MoE (multipliers; the shared-expert variant)
+set -- "$@" "granitemoe-f32 granitemoe f32 tiny $((S + 30))" \
+	"granitemoeshared-f32 granitemoeshared f32 tiny $((S + 31))" \
+	"granitemoe-q8_0 granitemoe q8_0 tiny $((S + 32))" \
+	"granitemoeshared-bf16 granitemoeshared bf16 tiny $((S + 33))" \
+	"granitemoeshared-q4_k granitemoeshared q4_k small $((S + 34))"
+# issue 14: Phi-3.5-MoE (LayerNorm with biases, attention and output biases,
+# sparsemixer router, LongRoPE short factors)
+set -- "$@" "phimoe-f32 phimoe f32 tiny $((S + 35))" "phimoe-f16 phimoe f16 tiny $((S + 36))" \
+	"phimoe-q8_0 phimoe q8_0 tiny $((S + 37))" "phimoe-q4_k phimoe q4_k small $((S + 38))"
+# issue 14: gpt-oss (sinks, sliding window 4 < the 40 positions, attention,
+# router and expert biases, clamped SwiGLU, YaRN with fractional ramp ends;
+# MXFP4 experts)
+set -- "$@" "gpt-oss-f32 gpt-oss f32 tiny $((S + 39))" "gpt-oss-mxfp4 gpt-oss mxfp4 tiny $((S + 40))" \
+	"gpt-oss-q8_0 gpt-oss q8_0 tiny $((S + 41))" "gpt-oss-q4_k gpt-oss q4_k small $((S + 42))"
 
 # two models at a time (2 cores: one's Python while the other's engine runs)
 i=0

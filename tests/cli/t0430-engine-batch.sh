@@ -28,7 +28,9 @@ seed=40
 for spec in "llama f32 tiny" "mixtral f32 tiny" "qwen2 f32 tiny" "qwen2moe f32 tiny" \
 	    "qwen3 f32 tiny" "qwen3moe f32 tiny" "olmoe f32 tiny" \
 	    "mixtral f16 tiny" "mixtral bf16 tiny" "mixtral q8_0 tiny" "mixtral q4_0 tiny" \
-	    "mixtral q4_k small" "mixtral q4_k_m small" "olmoe q8_0 tiny" "olmoe q4_k_m small"; do
+	    "mixtral q4_k small" "mixtral q4_k_m small" "olmoe q8_0 tiny" "olmoe q4_k_m small" \
+	    "granitemoe f32 tiny" "granitemoeshared q8_0 tiny" "phimoe f32 tiny" "phimoe q4_k small" \
+	    "gpt-oss f32 tiny" "gpt-oss mxfp4 tiny"; do
 	set -- $spec
 	name=$1-$2
 	seed=$((seed + 1))

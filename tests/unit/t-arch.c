@@ -24,6 +24,7 @@ static moe_hparams tiny(moe_hparams_source src)
 	hp.rope_base = 10000, hp.rope_factor = 1, hp.norm_eps = 1e-5;
 	hp.expert_weights_scale = hp.embedding_scale = hp.residual_scale = 1;
 	hp.attention_scale = hp.logit_scale = 1;
+	moe_hparams_set_defaults14(&hp);
 	hp.source = src;
 	return hp;
 }
@@ -399,9 +400,88 @@ static void test_loader(void)
 	hp.rope_scaling = MOE_ROPE_SCALING_LLAMA3;
 	expect_load(path, &hp, &s, "llama3", "llama3 RoPE scaling");
 	hp = tiny(MOE_HP_SRC_UTH);
-	snprintf(hp.arch, sizeof hp.arch, "phimoe");
-	hp.norm_kind = MOE_NORM_LAYER;
+	snprintf(hp.arch, sizeof hp.arch, "deepseek2");
 	expect_load(path, &hp, &s, "not run", "an architecture that only converts");
+}
+
+/* Issue 14's fields: config.json -> hparams -> UTH JSON -> hparams keeps
+ * every one; a UTH object without them (written before) reads as the
+ * neutral defaults. */
+static void test_json14(void)
+{
+	moe_error e = {0};
+	moe_hparams a, b;
+	const char *cfg =
+		"{\"architectures\":[\"GptOssForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,"
+		"\"num_hidden_layers\":3,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+		"\"head_dim\":4,\"intermediate_size\":16,\"num_local_experts\":4,"
+		"\"num_experts_per_tok\":2,\"sliding_window\":5,\"swiglu_limit\":6.5,"
+		"\"layer_types\":[\"full_attention\",\"sliding_attention\",\"sliding_attention\"],"
+		"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":8.0,\"beta_fast\":16,"
+		"\"beta_slow\":2,\"truncate\":false,\"original_max_position_embeddings\":64}}";
+	int rc = moe_hparams_from_hf(&a, cfg, true, &e);
+	ok(rc == 0 && moe_hparams_check(&a, &e) == 0, "gpt-oss config.json read (%s)", e.msg);
+	ok(!moe_hparams_layer_slides(&a, 0) && moe_hparams_layer_slides(&a, 1) &&
+	   moe_hparams_layer_slides(&a, 2) && a.sliding_window == 5, "layer_types -> sliding layers 1, 2");
+	ok(a.ffn_act == MOE_ACT_SWIGLU_OAI && a.swiglu_limit == 6.5 && a.attn_sinks && a.expert_bias,
+	   "clamped SwiGLU, sinks, expert biases");
+	ok(fabs(a.rope_mscale - (0.1 * log(8.0) + 1)) < 1e-6 && a.rope_beta_fast == 16 &&
+	   a.rope_beta_slow == 2 && !a.rope_yarn_truncate, "YaRN: mscale 0.1 ln 8 + 1, betas, truncate");
+	json_t *j = moe_hparams_to_json(&a);
+	rc = moe_hparams_from_json(&b, j, &e);
+	ok(rc == 0, "read back (%s)", e.msg);
+	ok(b.sliding_window == 5 && !memcmp(a.sliding_layers, b.sliding_layers, sizeof a.sliding_layers) &&
+	   b.ffn_act == a.ffn_act && b.swiglu_limit == 6.5 && b.attn_sinks && b.expert_bias &&
+	   fabs(b.rope_mscale - a.rope_mscale) < 1e-6 && b.rope_beta_fast == 16 &&
+	   !b.rope_yarn_truncate && fabs(b.kq_scale - 0.5) < 1e-7 && b.expert_router == MOE_ROUTER_TOPK,
+	   "the issue-14 fields survive the UTH JSON");
+	json_array_append_new(json_object_get(j, "sliding_layers"), json_integer(3));
+	ok(moe_hparams_from_json(&b, j, &e) == MOE_EFORMAT && strstr(e.msg, "sliding_layers"),
+	   "a sliding layer beyond n_layer refused: %s", e.msg);
+	static const char *const k14[] = {"attention", "kq_scale", "expert_groups", "expert_groups_used",
+		"expert_group_score", "expert_router", "router_jitter_eps", "sliding_window",
+		"sliding_layers", "attn_sinks", "expert_bias", "ffn_act", "swiglu_alpha", "swiglu_limit"};
+	for (size_t i = 0; i < sizeof k14 / sizeof k14[0]; i++)
+		json_object_del(j, k14[i]);
+	json_t *rope = json_object_get(j, "rope");
+	json_object_del(rope, "mscale");
+	json_object_del(rope, "mscale_long");
+	rc = moe_hparams_from_json(&b, j, &e);
+	ok(rc == 0 && b.attention == MOE_ATTN_MHA && fabs(b.kq_scale - 0.5) < 1e-7 &&
+	   b.sliding_window == 0 && !b.attn_sinks && b.ffn_act == MOE_ACT_SILU &&
+	   fabs(b.rope_mscale - (0.1 * log(8.0) + 1)) < 1e-6,
+	   "without them (an older file): the neutral defaults, YaRN's mscale as the engine "
+	   "applied it (%s)", e.msg);
+	json_decref(j);
+	const char *ds = "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"vocab_size\":8,"
+			 "\"hidden_size\":8,\"num_hidden_layers\":2,\"num_attention_heads\":2,"
+			 "\"intermediate_size\":16,\"moe_intermediate_size\":8,\"n_routed_experts\":8,"
+			 "\"num_experts_per_tok\":2,\"first_k_dense_replace\":1,\"kv_lora_rank\":8,"
+			 "\"qk_rope_head_dim\":4,\"qk_nope_head_dim\":8,\"v_head_dim\":6,\"n_group\":4,"
+			 "\"topk_group\":4,\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40,"
+			 "\"mscale_all_dim\":0.707,\"original_max_position_embeddings\":4}}";
+	rc = moe_hparams_from_hf(&a, ds, true, &e);
+	ok(rc == 0 && moe_hparams_check(&a, &e) == 0, "DeepSeek-V3 config.json read (%s)", e.msg);
+	double m = 1 + (double)(float)0.0707 * log(40.0);
+	ok(a.attention == MOE_ATTN_MLA && a.head_dim == 12 && a.head_dim_v == 6 && a.n_head_kv == 2 &&
+	   a.gating == MOE_GATING_SIGMOID && fabs(a.kq_scale - m * m / sqrt(12.0)) < 1e-9,
+	   "MLA: head 8 + 4, values 6, sigmoid, kq_scale = mscale^2 / sqrt(12) (%g)", a.kq_scale);
+	ok(a.expert_groups == 1 && a.expert_groups_used == 1 && a.expert_group_score == MOE_GROUP_SCORE_TOP2SUM,
+	   "topk_group = n_group: no group limit");
+	/* features the engine lacks are refused even in an architecture it runs */
+	moe_hparams g = tiny(MOE_HP_SRC_UTH);
+	snprintf(g.arch, sizeof g.arch, "granitemoe");
+	ok(moe_hparams_check_runnable(&g, &e) == 0, "granitemoe runs (%s)", e.msg);
+	g.attention = MOE_ATTN_MLA;
+	ok(moe_hparams_check_runnable(&g, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "latent"),
+	   "latent attention is refused: %s", e.msg);
+	g = tiny(MOE_HP_SRC_UTH);
+	g.rope_scaling = MOE_ROPE_SCALING_YARN, g.rope_factor = 4, g.rope_orig_ctx = 16;
+	g.rope_mscale = 0.1 * log(4.0) + 1;
+	ok(moe_hparams_check_runnable(&g, &e) == 0, "YaRN runs (%s)", e.msg);
+	g.expert_groups = 2;
+	ok(moe_hparams_check_runnable(&g, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "group"),
+	   "group-limited routing is refused: %s", e.msg);
 }
 
 int main(void)
@@ -411,5 +491,6 @@ int main(void)
 	test_relax();
 	test_tensors();
 	test_loader();
+	test_json14();
 	return tap_done();
 }

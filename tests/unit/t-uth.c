@@ -265,16 +265,19 @@ static void test_roles(void)
 	for (int i = 1; i < MOE_UTH_ROLE_COUNT; i++)
 		if (!moe_uth_role_name(i) || moe_uth_role_from_name(moe_uth_role_name(i)) != i)
 			bad++;
-	is_int(bad, 0, "role ids 1..48 round-trip through their names");
-	is_int(MOE_UTH_ROLE_COUNT, 49, "48 roles");
+	is_int(bad, 0, "role ids 1..54 round-trip through their names");
+	is_int(MOE_UTH_ROLE_COUNT, 55, "54 roles");
 	is_str(moe_uth_role_name(1), "token_embd", "role 1");
 	is_str(moe_uth_role_name(18), "ffn_gate_inp", "role 18 (router)");
 	is_str(moe_uth_role_name(28), "tokenizer_merge_offsets", "role 28");
 	is_str(moe_uth_role_name(42), "ffn_exp_probs_b", "role 42");
 	is_str(moe_uth_role_name(47), "ffn_post_norm", "role 47");
 	is_str(moe_uth_role_name(48), "other", "role 48");
-	ok(moe_uth_role_name(0) == NULL && moe_uth_role_name(49) == NULL &&
-		   moe_uth_role_name(-1) == NULL, "roles 0, 49, -1 unknown");
+	is_str(moe_uth_role_name(49), "attn_sinks", "role 49");
+	is_str(moe_uth_role_name(52), "ffn_down_bias", "role 52");
+	is_str(moe_uth_role_name(54), "rope_factors_long", "role 54");
+	ok(moe_uth_role_name(0) == NULL && moe_uth_role_name(55) == NULL &&
+		   moe_uth_role_name(-1) == NULL, "roles 0, 55, -1 unknown");
 	is_int(moe_uth_role_from_name("attn_kv_a_mqa"), 37, "attn_kv_a_mqa is 37");
 	is_int(moe_uth_role_from_name("nope"), -1, "unknown name -> -1");
 }
@@ -561,7 +564,7 @@ MUT(m_name_nul, wr16(REC(b, 0) + 50, 17 + 1 + 19))
 MUT(m_dtype, wr16(REC(b, 1), 99))
 MUT(m_dtype4, wr16(REC(b, 1), 4))
 MUT(m_role0, wr16(REC(b, 1) + 48, 0))
-MUT(m_role49, wr16(REC(b, 1) + 48, 49))
+MUT(m_role55, wr16(REC(b, 1) + 48, 55))
 MUT(m_ndims0, REC(b, 1)[2] = 0)
 MUT(m_ndims5, REC(b, 1)[2] = 5)
 MUT(m_ne_zero, wr32(REC(b, 1) + 12, 0))
@@ -621,7 +624,7 @@ static void test_malformed(void)
 	expect_bad("dtype 99", m_dtype, true, 0, "dtype 99 is unknown");
 	expect_bad("dtype 4 (retired)", m_dtype4, true, 0, "dtype 4 is unknown");
 	expect_bad("role 0", m_role0, true, 0, "role 0 is unknown");
-	expect_bad("role 49", m_role49, true, 0, "role 49 is unknown");
+	expect_bad("role 55", m_role55, true, 0, "role 55 is unknown");
 	expect_bad("n_dims 0", m_ndims0, true, 0, "n_dims 0");
 	expect_bad("n_dims 5", m_ndims5, true, 0, "n_dims 5");
 	expect_bad("a zero ne", m_ne_zero, true, 0, "ne[1] is 0");
@@ -698,8 +701,8 @@ static void test_writer_checks(void)
 	expect_add_fail(w, d, "dtype 99 is unknown");
 	d = base, d.name = "b", d.role = 0;
 	expect_add_fail(w, d, "role 0 is unknown");
-	d = base, d.name = "b", d.role = 49;
-	expect_add_fail(w, d, "role 49 is unknown");
+	d = base, d.name = "b", d.role = 55;
+	expect_add_fail(w, d, "role 55 is unknown");
 	d = base, d.name = "b", d.n_dims = 5;
 	expect_add_fail(w, d, "n_dims 5");
 	d = base, d.name = "b", d.n_dims = 0;
