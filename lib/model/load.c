@@ -11,16 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool arch_runs(const char *arch)
-{
-	static const char *const ok[] = {"llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "olmoe",
-					 "granitemoe", "phimoe", "gpt-oss", NULL};
-	for (int i = 0; ok[i]; i++)
-		if (!strcmp(arch, ok[i]))
-			return true;
-	return false;
-}
-
 static int own(moe_model *m, void *p, moe_error *e)
 {
 	void **o = realloc(m->owned, (m->n_owned + 1) * sizeof *o);
@@ -213,14 +203,8 @@ int moe_model_load(moe_model **out, const char *path, moe_error *e)
 	}
 	const char *arch = json_string_value(json_object_get(m->meta, "architecture"));
 	snprintf(m->hp.arch, sizeof m->hp.arch, "%s", arch ? arch : "");
-	if (!arch_runs(m->hp.arch)) {
-		rc = moe_err(e, MOE_EUNSUPPORTED,
-			     "%s: architecture '%s' can be converted but not run yet (runs: llama, "
-			     "mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe, phimoe, gpt-oss)",
-			     path, m->hp.arch);
-		goto fail;
-	}
-	/* The validation the converter runs too (lib/arch.h). */
+	/* The validation the converter runs too (lib/arch.h), here also whether
+	 * the engine runs the architecture (moe_hparams_check_runnable). */
 	moe_tensor_set ts = moe_tensor_set_uth(m->file);
 	if ((rc = moe_hparams_validate(&m->hp, &ts, true, e)) < 0) {
 		moe_err_prefix(e, "%s", path);
