@@ -35,6 +35,7 @@ struct slot {
 	moe_model *model;      /* READY: read by connection threads holding `users` */
 	moe_engine *eng;       /* the scheduler thread's alone */
 	moe_sched *sched;
+	moe_expert_store *experts; /* --mem-budget: streamed experts, else NULL */
 	bool from_request;     /* a path from a request (--allow-paths) */
 	bool preload;          /* load now (the default model at start) */
 	int users;             /* connection threads using model/tokenizer */
