@@ -1099,57 +1099,154 @@ static enum MHD_Result delete_model(http_req *r)
 	return http_text(r, 200, "application/json", "");
 }
 
-/* The status objects of a pull, as Ollama sends them. */
-typedef struct pull_log {
-	char *b;
-	size_t len, cap;
-	double t_last;
+/* A pull in a thread of its own; the connection sends its status objects
+ * as they come.  Freed by whichever of the two lets go last. */
+typedef struct pull_job {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int refs;
+	char *src;
 	bool stream;
-} pull_log;
+	char *b;              /* NDJSON not yet sent */
+	size_t len, cap, sent;
+	double t_last;
+	bool started;         /* the source resolved: a file is on its way */
+	bool done;
+	int rc;
+	moe_error e;
+	moe_registry_entry en;
+	moe_serve *srv;
+} pull_job;
 
-static void pull_add(pull_log *l, json_t *o)
+static void pull_unref(pull_job *p)
+{
+	pthread_mutex_lock(&p->mu);
+	bool last = --p->refs == 0;
+	pthread_mutex_unlock(&p->mu);
+	if (!last)
+		return;
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->cv);
+	free(p->src);
+	free(p->b);
+	free(p);
+}
+
+/* With p->mu held. */
+static void pull_add(pull_job *p, json_t *o)
 {
 	char *t = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
-	if (t) {
-		buf_add(&l->b, &l->len, &l->cap, t, strlen(t));
-		buf_add(&l->b, &l->len, &l->cap, "\n", 1);
+	if (t && p->stream) {
+		buf_add(&p->b, &p->len, &p->cap, t, strlen(t));
+		buf_add(&p->b, &p->len, &p->cap, "\n", 1);
 	}
 	free(t);
+	pthread_cond_broadcast(&p->cv);
 }
 
 static void pull_progress(void *user, const moe_pull_event *ev)
 {
-	pull_log *l = user;
-	if (!l->stream)
-		return;
+	pull_job *p = user;
+	pthread_mutex_lock(&p->mu);
 	switch (ev->kind) {
 	case MOE_PULL_EV_STAGE:
-		pull_add(l, json_pack("{s:s}", "status", ev->msg ? ev->msg : ""));
+		pull_add(p, json_pack("{s:s}", "status", ev->msg ? ev->msg : ""));
 		break;
 	case MOE_PULL_EV_FILE:
 	case MOE_PULL_EV_FILE_END:
 	case MOE_PULL_EV_BYTES: {
 		double now = moe_time_now();
+		p->started = true;
 		/* byte counts at most every 0.5 s, and a file's start and end */
-		if (ev->kind == MOE_PULL_EV_BYTES && now - l->t_last < 0.5)
+		if (ev->kind == MOE_PULL_EV_BYTES && now - p->t_last < 0.5)
 			break;
-		l->t_last = now;
+		p->t_last = now;
 		char st[600];
 		snprintf(st, sizeof st, "pulling %.500s", ev->file ? ev->file : "");
-		pull_add(l, json_pack("{s:s,s:s,s:I,s:I}", "status", st, "digest", ev->file ? ev->file : "",
+		pull_add(p, json_pack("{s:s,s:s,s:I,s:I}", "status", st, "digest", ev->file ? ev->file : "",
 				      "total", (json_int_t)ev->file_total,
 				      "completed", (json_int_t)(ev->kind == MOE_PULL_EV_FILE_END
 								? ev->file_total : ev->file_done)));
 		break;
 	}
 	}
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void *pull_main(void *arg)
+{
+	pull_job *p = arg;
+	moe_pull_opts o = {.source = p->src, .retries = -1, .out_type = -1,
+			   .progress = pull_progress, .user = p};
+	moe_registry_entry en;
+	moe_error e = {0};
+	int rc = moe_pull(&o, &en, &e);
+	pthread_mutex_lock(&p->mu);
+	p->rc = rc;
+	p->e = e;
+	p->en = en;
+	if (rc < 0) {
+		pull_add(p, json_pack("{s:s%}", "error", e.msg, strlen(e.msg)));
+	} else {
+		char dg[80];
+		snprintf(dg, sizeof dg, "sha256:%s", en.sha256);
+		pull_add(p, json_pack("{s:s,s:s}", "status", "verifying sha256 digest", "digest", dg));
+		pull_add(p, json_pack("{s:s}", "status", "writing manifest"));
+		pull_add(p, json_pack("{s:s}", "status", "success"));
+	}
+	p->done = true;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	pull_unref(p);
+	return NULL;
+}
+
+static ssize_t pull_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)pos;
+	pull_job *p = cls;
+	pthread_mutex_lock(&p->mu);
+	while (p->sent == p->len && !p->done) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+		/* the server stops: end the stream (the pull goes on alone) */
+		pthread_mutex_lock(&p->srv->mu);
+		bool stopping = p->srv->stopping;
+		pthread_mutex_unlock(&p->srv->mu);
+		if (stopping)
+			break;
+	}
+	size_t n = p->len - p->sent;
+	if (n > max)
+		n = max;
+	memcpy(buf, p->b + p->sent, n);
+	p->sent += n;
+	pthread_mutex_unlock(&p->mu);
+	return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void pull_free(void *cls)
+{
+	pull_unref(cls);
+}
+
+static unsigned pull_status(int rc)
+{
+	return rc == MOE_ENOTFOUND ? 404 : rc == MOE_EINVAL ? 400
+	       : rc == MOE_ENET || rc == MOE_ECHECKSUM || rc == MOE_EFORMAT ? 502 : 500;
 }
 
 /* POST /api/pull {"model": SOURCE, "stream": bool}: fetch, convert and
  * register through the registry library, as moe-pull SOURCE.  Sources are
  * hub names (ORG/NAME[:QUANT], hf://...); URLs and local paths need
- * --allow-paths.  The status objects are sent when the pull ends. */
+ * --allow-paths.  A failure before the first file (no such repo, ...) gets
+ * its status code; once files are coming, a stream carries the status
+ * objects as they come and a failure is its last line {"error": ...}.  A
+ * client that leaves does not stop the pull (the library cannot be
+ * interrupted); it ends and registers the model. */
 static enum MHD_Result pull(http_req *r)
 {
 	const char *src = model_arg(r);
@@ -1163,31 +1260,44 @@ static enum MHD_Result pull(http_req *r)
 	    ((!hf && strstr(src, "://")) || src[0] == '/' || src[0] == '.' || strstr(src, "/..") ||
 	     access(src, F_OK) == 0))
 		return http_ollama_error(r, 403, "pulling from URLs or local files needs --allow-paths");
-	pull_log l = {.stream = !sv || json_is_true(sv)};
-	moe_pull_opts o = {.source = src, .retries = -1, .out_type = -1,
-			   .progress = pull_progress, .user = &l};
-	moe_registry_entry en;
-	moe_error e = {0};
-	pull_add(&l, json_pack("{s:s}", "status", "pulling manifest"));
-	int rc = moe_pull(&o, &en, &e);
-	if (rc < 0) {
-		free(l.b);
-		unsigned st = rc == MOE_ENOTFOUND ? 404 : rc == MOE_EINVAL ? 400
-			      : rc == MOE_ENET || rc == MOE_ECHECKSUM || rc == MOE_EFORMAT ? 502 : 500;
-		return http_ollama_error(r, st, "pull %s: %s", src, e.msg);
+	pull_job *p = calloc(1, sizeof *p);
+	if (!p || !(p->src = strdup(src))) {
+		free(p);
+		return http_ollama_error(r, 500, "out of memory");
 	}
-	if (!l.stream) {
-		free(l.b);
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	p->refs = 2;
+	p->srv = r->srv;
+	p->stream = !sv || json_is_true(sv);
+	pull_add(p, json_pack("{s:s}", "status", "pulling manifest"));
+	pthread_t t;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	int prc = pthread_create(&t, &at, pull_main, p);
+	pthread_attr_destroy(&at);
+	if (prc != 0) {
+		p->refs = 1;
+		pull_unref(p);
+		return http_ollama_error(r, 500, "cannot start a thread for the pull");
+	}
+	pthread_mutex_lock(&p->mu);
+	while (!p->done && !(p->stream && p->started))
+		pthread_cond_wait(&p->cv, &p->mu);
+	bool done = p->done;
+	int rc = p->rc;
+	pthread_mutex_unlock(&p->mu);
+	if (done && rc < 0) {
+		enum MHD_Result res = http_ollama_error(r, pull_status(rc), "pull %s: %s", src, p->e.msg);
+		pull_unref(p);
+		return res;
+	}
+	if (!p->stream) {
+		pull_unref(p);
 		return http_json(r, 200, json_pack("{s:s}", "status", "success"));
 	}
-	char dg[80];
-	snprintf(dg, sizeof dg, "sha256:%s", en.sha256);
-	pull_add(&l, json_pack("{s:s,s:s}", "status", "verifying sha256 digest", "digest", dg));
-	pull_add(&l, json_pack("{s:s}", "status", "writing manifest"));
-	pull_add(&l, json_pack("{s:s}", "status", "success"));
-	enum MHD_Result res = http_text(r, 200, "application/x-ndjson", l.b);
-	free(l.b);
-	return res;
+	return http_stream_cb(r, "application/x-ndjson", pull_read, p, pull_free);
 }
 
 /* ------------------------------------------------------------ routing */

@@ -6,8 +6,9 @@
 #     first use), never files (a path is refused without --allow-paths);
 #   - /v1/models and /api/tags list the registered models;
 #   - /api/pull from the hub: NDJSON status objects ending in "success",
-#     stream false gives one object; the pulled model answers; a missing
-#     repo is 404, a CDN sending wrong bytes 502, a URL or a path 403;
+#     sent as the pull goes (a slow CDN), stream false gives one object;
+#     the pulled model answers; a missing repo is 404, a CDN sending wrong
+#     bytes 502 (streamed: a last {"error"} line), a URL or a path 403;
 #   - /api/delete removes a name (then 404), as 'moe-pull rm';
 #   - --mem-budget: the answer equals the one with all weights in memory,
 #     and /metrics shows the expert store's counters.
@@ -140,10 +141,33 @@ req POST /api/pull '{}' > "$T/pl"
 is "$(status "$T/pl")" 400 "no model: 400"
 check "a hub whose CDN sends wrong bytes" -- start_hub --repo test/mix-GGUF="$REPO_G" --fault wrongbytes
 check "moe-serve with that hub" -- start_serve -m "$T/plain.uth"
-req POST /api/pull '{"model":"test/mix-GGUF:F32"}' > "$T/pl"
+req POST /api/pull '{"model":"test/mix-GGUF:F32","stream":false}' > "$T/pl"
 is "$(status "$T/pl")" 502 "a checksum failure: 502"
-body "$T/pl" | grep -qi "sha256\|checksum"
+body "$T/pl" | grep -qi "sha256 mismatch"
 ok $? "... named ($(body "$T/pl" | cut -c1-120))"
+req POST /api/pull '{"model":"test/mix-GGUF:F32"}' > "$T/pl"
+is "$(status "$T/pl")" 200 "streamed: the files were on their way (200)"
+body "$T/pl" | tail -n1 | grep -q '^{"error":.*sha256 mismatch'
+ok $? "... and the last line is the error ($(body "$T/pl" | tail -n1 | cut -c1-100))"
+
+# a slow CDN: the status objects arrive while the pull goes on
+check "a slow hub" -- start_hub --repo test/mix-GGUF="$REPO_G" --fault slow:200000
+check "moe-serve with that hub" -- start_serve -m "$T/plain.uth"
+"$PYTHON3" - "$URL" > "$T/live" <<'EOF2'
+import json, sys, time, urllib.request
+r = urllib.request.Request(sys.argv[1] + "/api/pull", data=b'{"model":"test/mix-GGUF:F32"}',
+                           method="POST")
+t0 = time.monotonic()
+seen = []
+with urllib.request.urlopen(r, timeout=120) as f:
+    for line in f:
+        seen.append((time.monotonic() - t0, json.loads(line)))
+first = [t for t, o in seen if o.get("status", "").startswith("pulling mix")]
+print("%.2f %.2f %d" % (first[0] if first else -1, seen[-1][0], seen[-1][1] == {"status": "success"}))
+EOF2
+read -r t_first t_end okk < "$T/live"
+"$PYTHON3" -c "import sys; sys.exit(not ($okk == 1 and 0 <= $t_first and $t_end - $t_first > 0.3))"
+ok $? "streamed as it goes: first file line at ${t_first}s, success at ${t_end}s"
 stop_serve
 
 # ---- --mem-budget: streamed experts
