@@ -64,7 +64,7 @@ static void help(void)
 
 /* -m [NAME=]MODEL: MODEL through the registry (cli_model), named NAME, else
  * after the file or the registry name's last part. */
-static const char *model_spec(const char *arg)
+static const char *model_spec(const char *arg, char **owned)
 {
 	const char *eq = strchr(arg, '=');
 	const char *m = eq ? eq + 1 : arg;
@@ -79,7 +79,8 @@ static const char *model_spec(const char *arg)
 	if (!spec)
 		die("out of memory");
 	snprintf(spec, n, "%.*s=%s", nlen, eq ? arg : base, path);
-	return spec; /* lives as long as the process */
+	*owned = spec; /* freed at exit */
+	return spec;
 }
 
 static char *read_key_file(const char *path)
@@ -126,15 +127,16 @@ int main(int argc, char **argv)
 	moe_serve_params p = moe_serve_defaults();
 	p.version = PACKAGE_VERSION;
 	const char **models = calloc((size_t)argc + 1, sizeof *models);
+	char **owned = calloc((size_t)argc + 1, sizeof *owned); /* specs model_spec made */
 	size_t n_models = 0;
 	bool tcp_asked = false;
 	char *key = NULL;
 	int c;
-	if (!models)
+	if (!models || !owned)
 		die("out of memory");
 	while ((c = getopt_long(argc, argv, "m:t:c:b:", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'm': models[n_models++] = model_spec(optarg); break;
+		case 'm': models[n_models] = model_spec(optarg, &owned[n_models]); n_models++; break;
 		case 't': p.n_threads = (int)cli_parse_long("-t", optarg, 1, 1024); break;
 		case 'c': p.kv_size = (int)cli_parse_long("-c", optarg, 1, 1 << 24); break;
 		case 'b': p.n_batch = (int)cli_parse_long("-b", optarg, 1, 1 << 16); break;
@@ -216,6 +218,9 @@ int main(int argc, char **argv)
 	fprintf(stderr, "%s: %s: shutting down\n", cli_prog(), strsignal(sig));
 	moe_serve_stop(s);
 	free(key);
+	for (size_t i = 0; i < n_models; i++)
+		free(owned[i]);
+	free(owned);
 	free(models);
 	return 0;
 }

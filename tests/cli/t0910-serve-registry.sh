@@ -18,8 +18,17 @@ SERVE="$BIN/moe-serve"
 SPID=""
 trap 'stop_serve; stop_hubs; rm -rf "$T"' EXIT
 
+# Every server must exit 0 on SIGTERM with nothing from a sanitizer.
+SERVE_BAD=""
 stop_serve() {
-	[ -n "$SPID" ] && { kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null; }
+	if [ -n "$SPID" ]; then
+		kill "$SPID" 2>/dev/null
+		wait "$SPID" 2>/dev/null
+		st=$?
+		if [ "$st" -ne 0 ] || grep -q "Sanitizer\|runtime error" "$T/serve.err"; then
+			SERVE_BAD="$SERVE_BAD $st:$(grep -m1 "Sanitizer\|runtime error" "$T/serve.err" | cut -c1-100)"
+		fi
+	fi
 	SPID=""
 }
 
@@ -182,6 +191,8 @@ grep -q '^moe_experts_requests_total{model="mix-GGUF:Q8_0"} [1-9]' "$T/met" &&
 	grep -q '^moe_experts_io_wait_seconds_total{model="mix-GGUF:Q8_0"} ' "$T/met"
 ok $? "/metrics: the expert store's requests, bytes read, hit ratio, I/O wait"
 stop_serve
+[ -z "$SERVE_BAD" ]
+ok $? "every server exited 0 after SIGTERM, no sanitizer reports${SERVE_BAD:+ (got:$SERVE_BAD)}"
 "$SERVE" --port 0 --mem-budget 1x -m test/mix-GGUF:Q8_0 2>"$T/err"
 is "$?" 2 "a bad --mem-budget: usage error"
 grep -q "1x" "$T/err"
