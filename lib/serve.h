@@ -41,6 +41,8 @@ typedef struct moe_serve_params {
 	int idle_timeout;        /* seconds a connection may stay silent */
 	double keep_alive;       /* seconds an idle model stays loaded (< 0: forever) */
 	bool allow_paths;        /* accept model paths in requests */
+	const char *mem_budget;  /* per model: stream routed experts within SIZE
+				  * (moe_experts_parse_size, or "min"); NULL: all in memory */
 	const char *chat_template; /* NULL: each model's own */
 	const char *version;     /* reported by /api/version */
 } moe_serve_params;

@@ -3,6 +3,7 @@
  * SIGTERM or SIGINT. */
 #include "cli.h"
 #include "engine.h"
+#include "experts.h"
 #include "serve.h"
 
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef MOE_PKGDATADIR
 #define MOE_PKGDATADIR "/usr/local/share/moe"
@@ -26,9 +28,10 @@ static void help(void)
 	printf("Usage: %s [-m MODEL]... [OPTION]...\n"
 	       "Serve models over HTTP with the OpenAI (/v1/...) and Ollama (/api/...) APIs.\n"
 	       "\n"
-	       "  -m, --model [NAME=]PATH  a UTH model (repeatable; the first is the default and\n"
-	       "                           loads at start, the others on first use); without -m\n"
-	       "                           $MOE_MODEL or the demo model\n"
+	       "  -m, --model [NAME=]MODEL a UTH file or a registry name (moe-pull(1)); repeatable:\n"
+	       "                           the first is the default and loads at start, the\n"
+	       "                           others on first use; without -m $MOE_MODEL or the\n"
+	       "                           demo model.  Requests may also name any registered model\n"
 	       "      --host ADDR          TCP address (default 127.0.0.1)\n"
 	       "      --port N             TCP port (default 8080; 0: any free port)\n"
 	       "      --socket PATH        also listen on a Unix domain socket (alone: only there)\n"
@@ -46,13 +49,38 @@ static void help(void)
 	       "      --max-connections N  open connections (default 256)\n"
 	       "      --idle-timeout S     close silent connections after S seconds (default 30)\n"
 	       "      --keep-alive S       unload idle models after S seconds (default 300; -1 never)\n"
-	       "      --allow-paths        accept model paths in requests\n"
+	       "      --allow-paths        accept model paths in requests, and URLs and paths\n"
+	       "                           in /api/pull\n"
+	       "      --mem-budget SIZE    per model: weights in memory at most SIZE (e.g. 2G, 50%%,\n"
+	       "                           min), routed experts streamed from the file as in\n"
+	       "                           moe-run; statistics in /metrics\n"
 	       "      --chat-template NAME a chat template for every model (default: its own)\n"
 	       "      --help               display this help and exit\n"
 	       "      --version            output version information and exit\n"
 	       "\n"
 	       "SIGTERM or SIGINT: stop accepting, cancel what runs, exit 0.  See moe-serve(1).\n",
 	       cli_prog());
+}
+
+/* -m [NAME=]MODEL: MODEL through the registry (cli_model), named NAME, else
+ * after the file or the registry name's last part. */
+static const char *model_spec(const char *arg, char **owned)
+{
+	const char *eq = strchr(arg, '=');
+	const char *m = eq ? eq + 1 : arg;
+	if (access(m, F_OK) == 0)
+		return arg; /* a file, as before */
+	const char *path = cli_model(m);
+	const char *base = strrchr(m, '/');
+	base = base ? base + 1 : m;
+	int nlen = eq ? (int)(eq - arg) : (int)strlen(base);
+	size_t n = (size_t)nlen + strlen(path) + 2;
+	char *spec = malloc(n);
+	if (!spec)
+		die("out of memory");
+	snprintf(spec, n, "%.*s=%s", nlen, eq ? arg : base, path);
+	*owned = spec; /* freed at exit */
+	return spec;
 }
 
 static char *read_key_file(const char *path)
@@ -92,21 +120,23 @@ int main(int argc, char **argv)
 		{"keep-alive", required_argument, NULL, OPT_KEEP_ALIVE},
 		{"allow-paths", no_argument, NULL, OPT_ALLOW_PATHS},
 		{"chat-template", required_argument, NULL, OPT_TEMPLATE},
+		{"mem-budget", required_argument, NULL, OPT_MEM_BUDGET},
 		{"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0}};
 	cli_init(argv[0]);
 	moe_serve_params p = moe_serve_defaults();
 	p.version = PACKAGE_VERSION;
 	const char **models = calloc((size_t)argc + 1, sizeof *models);
+	char **owned = calloc((size_t)argc + 1, sizeof *owned); /* specs model_spec made */
 	size_t n_models = 0;
 	bool tcp_asked = false;
 	char *key = NULL;
 	int c;
-	if (!models)
+	if (!models || !owned)
 		die("out of memory");
 	while ((c = getopt_long(argc, argv, "m:t:c:b:", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'm': models[n_models++] = optarg; break;
+		case 'm': models[n_models] = model_spec(optarg, &owned[n_models]); n_models++; break;
 		case 't': p.n_threads = (int)cli_parse_long("-t", optarg, 1, 1024); break;
 		case 'c': p.kv_size = (int)cli_parse_long("-c", optarg, 1, 1 << 24); break;
 		case 'b': p.n_batch = (int)cli_parse_long("-b", optarg, 1, 1 << 16); break;
@@ -132,10 +162,18 @@ int main(int argc, char **argv)
 			break;
 		case OPT_ALLOW_PATHS: p.allow_paths = true; break;
 		case OPT_TEMPLATE: p.chat_template = optarg; break;
+		case OPT_MEM_BUDGET: p.mem_budget = optarg; break;
 		case 'h': help(); return 0;
 		case 'V': print_version(); return 0;
 		default: usage_error("unknown option");
 		}
+	}
+	if (p.mem_budget && strcmp(p.mem_budget, "min") != 0) {
+		/* the syntax now; the size against each model when it loads */
+		moe_error be = {0};
+		uint64_t b;
+		if (moe_experts_parse_size(p.mem_budget, UINT64_C(1) << 40, &b, &be) < 0)
+			usage_error("--mem-budget: %s", be.msg);
 	}
 	if (optind < argc)
 		usage_error("unexpected argument '%s'", argv[optind]);
@@ -180,6 +218,9 @@ int main(int argc, char **argv)
 	fprintf(stderr, "%s: %s: shutting down\n", cli_prog(), strsignal(sig));
 	moe_serve_stop(s);
 	free(key);
+	for (size_t i = 0; i < n_models; i++)
+		free(owned[i]);
+	free(owned);
 	free(models);
 	return 0;
 }

@@ -7,8 +7,11 @@
  * for the model's scheduler thread as a job; its text then goes out as
  * SSE (OpenAI), NDJSON (Ollama) or one JSON body. */
 #include "serve/serve_int.h"
+#include "experts.h"
+#include "registry.h"
 
 #include <math.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -614,6 +617,58 @@ static void iso_time(time_t t, char *buf, size_t n)
 	strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* Is NAME among the listed ids ("id" or "name" members)? */
+static bool listed(json_t *arr, const char *key, const char *name)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(arr, i, v)
+		if (strcmp(json_string_value(json_object_get(v, key)) ?: "", name) == 0)
+			return true;
+	return false;
+}
+
+/* The registry's models (moe-pull's names, NAME:TAG), after the served
+ * ones; a store without a registry lists nothing more. */
+static void list_registry(moe_serve *s, json_t *arr, bool ollama)
+{
+	moe_error e = {0};
+	moe_registry *reg;
+	moe_registry_entry *en = NULL;
+	size_t n = 0;
+	if (moe_registry_open(&reg, true, &e) < 0)
+		return;
+	int rc = moe_registry_list(reg, &en, &n, &e);
+	moe_registry_close(reg);
+	if (rc < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		char full[400], t[40];
+		snprintf(full, sizeof full, "%s:%s", en[i].name, en[i].tag);
+		if (listed(arr, ollama ? "name" : "id", full))
+			continue;
+		if (!ollama) {
+			json_array_append_new(arr, json_pack("{s:s,s:s,s:I,s:s}", "id", full, "object", "model",
+							     "created", (json_int_t)en[i].created, "owned_by", "moe"));
+			continue;
+		}
+		char digest[80];
+		snprintf(digest, sizeof digest, "sha256:%s", en[i].sha256);
+		iso_time((time_t)en[i].created, t, sizeof t);
+		char psize[32];
+		snprintf(psize, sizeof psize, "%llu", (unsigned long long)en[i].parameters);
+		json_array_append_new(
+			arr, json_pack("{s:s,s:s,s:s,s:I,s:s,s:{s:s,s:s,s:s,s:[s],s:s,s:s}}", "name", full,
+				       "model", full, "modified_at", t, "size", (json_int_t)en[i].size,
+				       "digest", digest, "details", "parent_model", "", "format", "uth",
+				       "family", en[i].architecture, "families", en[i].architecture,
+				       "parameter_size", psize,
+				       "quantization_level", en[i].weight_types));
+	}
+	free(en);
+	(void)s;
+}
+
 static enum MHD_Result list_models(http_req *r, bool ollama, bool only_loaded)
 {
 	moe_serve *s = r->srv;
@@ -644,6 +699,8 @@ static enum MHD_Result list_models(http_req *r, bool ollama, bool only_loaded)
 		json_array_append_new(arr, o);
 	}
 	pthread_mutex_unlock(&s->mu);
+	if (!only_loaded)
+		list_registry(s, arr, ollama);
 	if (!ollama)
 		return http_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", arr));
 	return http_json(r, 200, json_pack("{s:o}", "models", arr));
@@ -810,6 +867,35 @@ static enum MHD_Result metrics(http_req *r)
 	for (int i = 0; i < s->n_slots; i++)
 		if (s->slots[i]->state == SLOT_READY)
 			OUT("moe_kv_blocks_total{model=\"%s\"} %d\n", s->slots[i]->name, s->slots[i]->kv.n_blocks);
+	/* --mem-budget: the expert store of each loaded model (its counters
+	 * start again when the model is loaded again) */
+	static const struct { const char *name, *type, *help; } xm[] = {
+		{"moe_experts_requests_total", "counter", "Experts the engine asked the store for."},
+		{"moe_experts_hits_total", "counter", "Expert requests found in the cache."},
+		{"moe_experts_hit_ratio", "gauge", "Hits per request."},
+		{"moe_experts_reads_total", "counter", "Reads of experts from the model file."},
+		{"moe_experts_read_bytes_total", "counter", "Bytes of experts read from the model file."},
+		{"moe_experts_io_wait_seconds_total", "counter", "Seconds spent waiting for expert reads."},
+		{"moe_experts_cache_bytes", "gauge", "Bytes of the expert cache."},
+	};
+	for (size_t k = 0; k < sizeof xm / sizeof xm[0]; k++) {
+		bool any = false;
+		for (int i = 0; i < s->n_slots; i++) {
+			slot *sl = s->slots[i];
+			if (sl->state != SLOT_READY || !sl->experts)
+				continue;
+			if (!any)
+				OUT("# HELP %s %s\n# TYPE %s %s\n", xm[k].name, xm[k].help, xm[k].name, xm[k].type);
+			any = true;
+			moe_experts_stats st;
+			moe_experts_get_stats(sl->experts, &st);
+			double v[] = {(double)st.requests, (double)st.hits,
+				      st.requests ? (double)st.hits / (double)st.requests : 0.0,
+				      (double)st.reads, (double)st.bytes_read, st.io_wait,
+				      (double)st.slots * (double)st.slot_bytes};
+			OUT("%s{model=\"%s\"} %.17g\n", xm[k].name, sl->name, v[k]);
+		}
+	}
 	pthread_mutex_unlock(&s->mu);
 #undef OUT
 	enum MHD_Result rc = http_text(r, 200, "text/plain; version=0.0.4", b ? b : "");
@@ -982,6 +1068,238 @@ static enum MHD_Result embeddings(http_req *r, emb_style style)
 					   "prompt_eval_count", (json_int_t)n_tokens));
 }
 
+/* ----------------------------------------------------- the registry */
+
+static const char *model_arg(http_req *r)
+{
+	json_t *mv = json_object_get(r->body, "model");
+	if (!mv)
+		mv = json_object_get(r->body, "name");
+	return json_string_value(mv);
+}
+
+/* DELETE /api/delete {"model": NAME[:TAG]}: as 'moe-pull rm'.  A served
+ * model keeps its loaded copy until it is unloaded. */
+static enum MHD_Result delete_model(http_req *r)
+{
+	const char *name = model_arg(r);
+	if (!name || !*name)
+		return http_ollama_error(r, 400, "\"model\" is required");
+	moe_error e = {0};
+	moe_registry *reg;
+	bool gone = false;
+	int rc = moe_registry_open(&reg, false, &e);
+	if (rc == 0) {
+		rc = moe_registry_rm(reg, name, &gone, &e);
+		moe_registry_close(reg);
+	}
+	if (rc < 0)
+		return http_ollama_error(r, rc == MOE_ENOTFOUND ? 404 : rc == MOE_EINVAL ? 400 : 500,
+					 "%s", e.msg);
+	return http_text(r, 200, "application/json", "");
+}
+
+/* A pull in a thread of its own; the connection sends its status objects
+ * as they come.  Freed by whichever of the two lets go last. */
+typedef struct pull_job {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int refs;
+	char *src;
+	bool stream;
+	char *b;              /* NDJSON not yet sent */
+	size_t len, cap, sent;
+	double t_last;
+	bool started;         /* the source resolved: a file is on its way */
+	bool done;
+	int rc;
+	moe_error e;
+	moe_registry_entry en;
+	moe_serve *srv;
+} pull_job;
+
+static void pull_unref(pull_job *p)
+{
+	pthread_mutex_lock(&p->mu);
+	bool last = --p->refs == 0;
+	pthread_mutex_unlock(&p->mu);
+	if (!last)
+		return;
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->cv);
+	free(p->src);
+	free(p->b);
+	free(p);
+}
+
+/* With p->mu held. */
+static void pull_add(pull_job *p, json_t *o)
+{
+	char *t = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (t && p->stream) {
+		buf_add(&p->b, &p->len, &p->cap, t, strlen(t));
+		buf_add(&p->b, &p->len, &p->cap, "\n", 1);
+	}
+	free(t);
+	pthread_cond_broadcast(&p->cv);
+}
+
+static void pull_progress(void *user, const moe_pull_event *ev)
+{
+	pull_job *p = user;
+	pthread_mutex_lock(&p->mu);
+	switch (ev->kind) {
+	case MOE_PULL_EV_STAGE:
+		pull_add(p, json_pack("{s:s}", "status", ev->msg ? ev->msg : ""));
+		break;
+	case MOE_PULL_EV_FILE:
+	case MOE_PULL_EV_FILE_END:
+	case MOE_PULL_EV_BYTES: {
+		double now = moe_time_now();
+		p->started = true;
+		/* byte counts at most every 0.5 s, and a file's start and end */
+		if (ev->kind == MOE_PULL_EV_BYTES && now - p->t_last < 0.5)
+			break;
+		p->t_last = now;
+		char st[600];
+		snprintf(st, sizeof st, "pulling %.500s", ev->file ? ev->file : "");
+		pull_add(p, json_pack("{s:s,s:s,s:I,s:I}", "status", st, "digest", ev->file ? ev->file : "",
+				      "total", (json_int_t)ev->file_total,
+				      "completed", (json_int_t)(ev->kind == MOE_PULL_EV_FILE_END
+								? ev->file_total : ev->file_done)));
+		break;
+	}
+	}
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void *pull_main(void *arg)
+{
+	pull_job *p = arg;
+	moe_pull_opts o = {.source = p->src, .retries = -1, .out_type = -1,
+			   .progress = pull_progress, .user = p};
+	moe_registry_entry en;
+	moe_error e = {0};
+	int rc = moe_pull(&o, &en, &e);
+	pthread_mutex_lock(&p->mu);
+	p->rc = rc;
+	p->e = e;
+	p->en = en;
+	if (rc < 0) {
+		pull_add(p, json_pack("{s:s%}", "error", e.msg, strlen(e.msg)));
+	} else {
+		char dg[80];
+		snprintf(dg, sizeof dg, "sha256:%s", en.sha256);
+		pull_add(p, json_pack("{s:s,s:s}", "status", "verifying sha256 digest", "digest", dg));
+		pull_add(p, json_pack("{s:s}", "status", "writing manifest"));
+		pull_add(p, json_pack("{s:s}", "status", "success"));
+	}
+	p->done = true;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	pull_unref(p);
+	return NULL;
+}
+
+static ssize_t pull_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)pos;
+	pull_job *p = cls;
+	pthread_mutex_lock(&p->mu);
+	while (p->sent == p->len && !p->done) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+		/* the server stops: end the stream (the pull goes on alone) */
+		pthread_mutex_lock(&p->srv->mu);
+		bool stopping = p->srv->stopping;
+		pthread_mutex_unlock(&p->srv->mu);
+		if (stopping)
+			break;
+	}
+	size_t n = p->len - p->sent;
+	if (n > max)
+		n = max;
+	memcpy(buf, p->b + p->sent, n);
+	p->sent += n;
+	pthread_mutex_unlock(&p->mu);
+	return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void pull_free(void *cls)
+{
+	pull_unref(cls);
+}
+
+static unsigned pull_status(int rc)
+{
+	return rc == MOE_ENOTFOUND ? 404 : rc == MOE_EINVAL ? 400
+	       : rc == MOE_ENET || rc == MOE_ECHECKSUM || rc == MOE_EFORMAT ? 502 : 500;
+}
+
+/* POST /api/pull {"model": SOURCE, "stream": bool}: fetch, convert and
+ * register through the registry library, as moe-pull SOURCE.  Sources are
+ * hub names (ORG/NAME[:QUANT], hf://...); URLs and local paths need
+ * --allow-paths.  A failure before the first file (no such repo, ...) gets
+ * its status code; once files are coming, a stream carries the status
+ * objects as they come and a failure is its last line {"error": ...}.  A
+ * client that leaves does not stop the pull (the library cannot be
+ * interrupted); it ends and registers the model. */
+static enum MHD_Result pull(http_req *r)
+{
+	const char *src = model_arg(r);
+	if (!src || !*src)
+		return http_ollama_error(r, 400, "\"model\" is required");
+	json_t *sv = json_object_get(r->body, "stream");
+	if (sv && !json_is_boolean(sv))
+		return http_ollama_error(r, 400, "\"stream\" must be true or false");
+	bool hf = strncmp(src, "hf://", 5) == 0;
+	if (!r->srv->p.allow_paths &&
+	    ((!hf && strstr(src, "://")) || src[0] == '/' || src[0] == '.' || strstr(src, "/..") ||
+	     access(src, F_OK) == 0))
+		return http_ollama_error(r, 403, "pulling from URLs or local files needs --allow-paths");
+	pull_job *p = calloc(1, sizeof *p);
+	if (!p || !(p->src = strdup(src))) {
+		free(p);
+		return http_ollama_error(r, 500, "out of memory");
+	}
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	p->refs = 2;
+	p->srv = r->srv;
+	p->stream = !sv || json_is_true(sv);
+	pull_add(p, json_pack("{s:s}", "status", "pulling manifest"));
+	pthread_t t;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	int prc = pthread_create(&t, &at, pull_main, p);
+	pthread_attr_destroy(&at);
+	if (prc != 0) {
+		p->refs = 1;
+		pull_unref(p);
+		return http_ollama_error(r, 500, "cannot start a thread for the pull");
+	}
+	pthread_mutex_lock(&p->mu);
+	while (!p->done && !(p->stream && p->started))
+		pthread_cond_wait(&p->cv, &p->mu);
+	bool done = p->done;
+	int rc = p->rc;
+	pthread_mutex_unlock(&p->mu);
+	if (done && rc < 0) {
+		enum MHD_Result res = http_ollama_error(r, pull_status(rc), "pull %s: %s", src, p->e.msg);
+		pull_unref(p);
+		return res;
+	}
+	if (!p->stream) {
+		pull_unref(p);
+		return http_json(r, 200, json_pack("{s:s}", "status", "success"));
+	}
+	return http_stream_cb(r, "application/x-ndjson", pull_read, p, pull_free);
+}
+
 /* ------------------------------------------------------------ routing */
 
 enum MHD_Result api_dispatch(http_req *r)
@@ -1017,9 +1335,10 @@ enum MHD_Result api_dispatch(http_req *r)
 		return tokenize(r, false);
 	if (strcmp(u, "/detokenize") == 0 && strcmp(m, "POST") == 0)
 		return tokenize(r, true);
-	if (strcmp(u, "/api/pull") == 0 || strcmp(u, "/api/delete") == 0)
-		return http_ollama_error(r, 501, "%s needs the model registry (moe-pull's library), "
-					 "which this build does not have yet", u);
+	if (strcmp(u, "/api/pull") == 0 && strcmp(m, "POST") == 0)
+		return pull(r);
+	if (strcmp(u, "/api/delete") == 0 && strcmp(m, "DELETE") == 0)
+		return delete_model(r);
 	if (strcmp(u, "/v1/embeddings") == 0)
 		return embeddings(r, EMB_OPENAI);
 	if (strcmp(u, "/api/embed") == 0)

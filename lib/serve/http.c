@@ -302,6 +302,23 @@ enum MHD_Result http_stream(http_req *r, job *j, const char *type, stream_fill_f
 	return rc;
 }
 
+enum MHD_Result http_stream_cb(http_req *r, const char *type, MHD_ContentReaderCallback read,
+				void *cls, MHD_ContentReaderFreeCallback free_cls)
+{
+	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, read,
+								      cls, free_cls);
+	if (!resp) {
+		free_cls(cls);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "Content-Type", type);
+	MHD_add_response_header(resp, "Cache-Control", "no-cache");
+	add_common(r, resp);
+	enum MHD_Result rc = MHD_queue_response(r->conn, 200, resp);
+	MHD_destroy_response(resp);
+	return rc;
+}
+
 /* ------------------------------------------------------- request checks */
 
 /* Deepest nesting of arrays and objects in a JSON text (strings skipped);

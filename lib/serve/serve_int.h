@@ -35,6 +35,7 @@ struct slot {
 	moe_model *model;      /* READY: read by connection threads holding `users` */
 	moe_engine *eng;       /* the scheduler thread's alone */
 	moe_sched *sched;
+	moe_expert_store *experts; /* --mem-budget: streamed experts, else NULL */
 	bool from_request;     /* a path from a request (--allow-paths) */
 	bool preload;          /* load now (the default model at start) */
 	int users;             /* connection threads using model/tokenizer */
@@ -150,6 +151,10 @@ typedef bool (*stream_fill_fn)(void *ctx, job *j, const char *text, size_t len,
 			       size_t *out_len, size_t *out_cap);
 enum MHD_Result http_stream(http_req *r, job *j, const char *type, stream_fill_fn fill,
 			    void *ctx, void (*ctx_free)(void *));
+/* A streamed response of any producer (200; read and free_cls as MHD's;
+ * free_cls is called on failure too). */
+enum MHD_Result http_stream_cb(http_req *r, const char *type, MHD_ContentReaderCallback read,
+				void *cls, MHD_ContentReaderFreeCallback free_cls);
 /* Wait for a job to finish; false if the client went away meanwhile (the
  * job is then cancelled). */
 bool http_wait(http_req *r, job *j);

@@ -7,6 +7,8 @@
  * append to the job under the server mutex; connection threads wait on the
  * job's condition variable. */
 #include "serve/serve_int.h"
+#include "experts.h"
+#include "registry.h"
 
 #include <errno.h>
 #include <math.h>
@@ -210,9 +212,11 @@ static void unload(slot *sl)
 {
 	moe_sched_free(sl->sched);
 	moe_engine_free(sl->eng);
+	moe_experts_close(sl->experts);
 	moe_model_free(sl->model);
 	sl->sched = NULL;
 	sl->eng = NULL;
+	sl->experts = NULL;
 	sl->model = NULL;
 }
 
@@ -226,6 +230,20 @@ static int load(slot *sl, moe_error *e)
 	int rc = moe_model_load(&sl->model, sl->path, e);
 	if (rc == 0 && !sl->model->tok)
 		rc = moe_err(e, MOE_EUNSUPPORTED, "%s: the model has no tokenizer", sl->path);
+	if (rc == 0 && s->p.mem_budget) {
+		/* as moe-run --mem-budget: routed experts streamed from the file
+		 * through a cache; the rest of the weights stay in memory */
+		moe_experts_params xp = {0};
+		uint64_t all = moe_experts_fixed_bytes(sl->model) + moe_experts_total_bytes(sl->model);
+		if (strcmp(s->p.mem_budget, "min") == 0)
+			xp.budget = moe_experts_fixed_bytes(sl->model) +
+				    (uint64_t)sl->model->hp.n_expert * moe_experts_slot_bytes(sl->model);
+		else
+			rc = moe_experts_parse_size(s->p.mem_budget, all, &xp.budget, e);
+		if (rc == 0)
+			rc = moe_experts_open(&sl->experts, sl->model, &xp, e);
+		ep.experts = sl->experts;
+	}
 	if (rc == 0)
 		rc = moe_engine_new(&sl->eng, sl->model, &ep, e);
 	if (rc == 0)
@@ -511,6 +529,67 @@ int slot_add(moe_serve *s, const char *spec, moe_error *e)
 	return 0;
 }
 
+/* A registry name NAME[:TAG] with ORG/ parts: what name_ok allows plus
+ * '/', but never absolute, never "." or ".." components — a request's
+ * model is looked up in the registry by name only, not as a file. */
+static bool reg_name_ok(const char *n)
+{
+	size_t len = strlen(n);
+	if (!len || len >= 256 || n[0] == '.' || n[0] == '/' || n[len - 1] == '/' ||
+	    strstr(n, "/.") || strstr(n, "//"))
+		return false;
+	for (const char *p = n; *p; p++)
+		if (!(('a' <= *p && *p <= 'z') || ('A' <= *p && *p <= 'Z') ||
+		      ('0' <= *p && *p <= '9') || strchr("._:-/", *p)))
+			return false;
+	return true;
+}
+
+/* A request's model found in the registry (moe-pull's names): the slot
+ * that serves its file, else a new one named NAME:TAG.  Caller without the
+ * mutex.  MOE_ENOTFOUND when it is not registered. */
+static int registry_slot(moe_serve *s, const char *name, slot **out, moe_error *e)
+{
+	moe_registry *reg;
+	moe_registry_entry en;
+	/* opened read-only: a name lookup; never a file path */
+	int rc = moe_registry_open(&reg, true, e);
+	if (rc < 0)
+		return rc == MOE_EFORMAT ? rc : moe_err(e, MOE_ENOTFOUND, "model '%s' not found", name);
+	rc = moe_registry_get(reg, name, &en, e);
+	moe_registry_close(reg);
+	if (rc < 0)
+		return rc;
+	char full[400];
+	snprintf(full, sizeof full, "%s:%s", en.name, en.tag);
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < s->n_slots; i++)
+		if (strcmp(s->slots[i]->name, full) == 0 ||
+		    (s->slots[i]->path && strcmp(s->slots[i]->path, en.path) == 0)) {
+			*out = s->slots[i];
+			pthread_mutex_unlock(&s->mu);
+			return 0;
+		}
+	char spec[4200];
+	if (snprintf(spec, sizeof spec, "r=%s", en.path) >= (int)sizeof spec)
+		rc = moe_err(e, MOE_EINVAL, "model path too long");
+	if (rc == 0)
+		rc = slot_add(s, spec, e);
+	if (rc == 0) {
+		slot *sl = s->slots[s->n_slots - 1];
+		snprintf(sl->name, sizeof sl->name, "%.127s", full);
+		if ((rc = slot_start(sl, e)) < 0) {
+			s->n_slots--;
+			free(sl->path);
+			free(sl);
+		} else {
+			*out = sl;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
 int slot_find(moe_serve *s, const char *name, slot **out, moe_error *e)
 {
 	*out = NULL;
@@ -533,6 +612,13 @@ int slot_find(moe_serve *s, const char *name, slot **out, moe_error *e)
 		}
 	}
 	pthread_mutex_unlock(&s->mu);
+	if (reg_name_ok(name)) {
+		int rc = registry_slot(s, name, out, e);
+		if (rc != MOE_ENOTFOUND)
+			return rc;
+		if (!s->p.allow_paths || !strchr(name, '/'))
+			return rc; /* the message lists the registered names */
+	}
 	if (!name_ok(name) && !s->p.allow_paths)
 		return moe_err(e, MOE_EINVAL,
 			       "model names are letters, digits and ._:- (paths need --allow-paths)");

@@ -5,7 +5,8 @@
 #   - every endpoint's shape (golden JSON, volatile fields masked): /health,
 #     /v1/models, chat and text completions (usage, logprobs), /api/generate,
 #     /api/chat, /api/tags, /api/ps, /api/show, /api/version, /tokenize,
-#     /detokenize, /metrics; 501 for /api/pull, /api/delete, embeddings;
+#     /detokenize, /metrics; /api/pull of a path and /api/delete of a
+#     missing name refused (the registry: t0910-serve-registry.sh);
 #   - SSE and NDJSON framing byte for byte; streamed text equals the
 #     non-streamed answer; /v1/completions equals moe-run's text;
 #   - stop strings (string, list, streaming, Ollama options);
@@ -26,6 +27,8 @@
 #     unloads a model and the next request loads it again.
 . "$top_srcdir/tests/cli/lib.sh"
 MODEL="$top_srcdir/share/moe-demo.uth"
+# an empty registry and no network: /api/tags lists only the -m models
+export MOE_STORE="$T/store" HF_HOME="$T/hf" XDG_CACHE_HOME="$T/xdg" HF_HUB_OFFLINE=1
 [ -f "$MODEL" ] || skip_all "share/moe-demo.uth not found"
 # a generated F32 model for the embeddings' reference check
 "$PYTHON3" "$top_srcdir/scripts/gen-model" --arch llama --shape tiny --type f32 --vocab synthetic \
