@@ -25,3 +25,16 @@ tests_unit_t_engine_LDADD = $(MOE_LIBS)
 # Issue 14: phimoe's LongRoPE long factors against the reference.
 TESTS += tests/cli/t0415-engine-longrope.sh
 EXTRA_DIST += tests/cli/t0415-engine-longrope.sh
+
+# Fuzz target (configure --enable-fuzz, CC=clang): request parsing, as
+# moe-run --jsonl and moe-serve take it; seeds in tests/fuzz/request.
+EXTRA_DIST += tests/fuzz/request
+if ENABLE_FUZZ
+noinst_PROGRAMS += tests/fuzz/fuzz-request
+tests_fuzz_fuzz_request_SOURCES = tests/fuzz/fuzz-request.c
+tests_fuzz_fuzz_request_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_request_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DMOE_FUZZ_DEFAULT_MODEL='"$(abs_top_srcdir)/share/moe-demo.uth"'
+tests_fuzz_fuzz_request_LDFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_request_LDADD = $(MOE_LIBS)
+endif
