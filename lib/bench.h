@@ -481,4 +481,36 @@ typedef struct moe_plan {
  * model, MOE_EFORMAT for a bad profile. */
 int moe_bench_plan(const moe_model *m, const moe_plan_params *p, moe_plan *out, moe_error *e);
 
+/* --------------------------------------------- importance matrix (imatrix.c) */
+
+typedef struct moe_imatrix_params {
+	const char *out;  /* the file to write (moe-quant(1), IMATRIX FILES; "-": stdout) */
+	int n_ctx;        /* chunk length in tokens (0: 512) */
+	int n_chunks;     /* chunks to run (<= 0: all) */
+	int n_batch;      /* 0: n_ctx */
+	int n_threads;    /* 0: default */
+	/* Called after each chunk (may be NULL). */
+	void (*chunk_done)(void *user, int chunk, int n_chunks);
+	void *user;
+} moe_imatrix_params;
+
+typedef struct moe_imatrix_result {
+	int n_ctx, n_chunks;
+	uint64_t n_text_tokens; /* tokens of the whole text */
+	uint64_t n_tokens;      /* tokens run */
+	size_t n_tensors;       /* tensors in the file */
+} moe_imatrix_result;
+
+/* An importance matrix over a calibration text: the text is tokenized and
+ * split into chunks as moe_bench_perplexity does (BOS in place of each
+ * chunk's first token when the tokenizer adds BOS; a partial last chunk is
+ * dropped; at least one chunk needed), each chunk runs from an empty cache,
+ * and the input rows of every weight product (an expert's: only the tokens
+ * routed to it; the output matrix: every token) accumulate per UTH tensor
+ * name; the mean squares are written atomically to p->out in our format.
+ * Returns 0, MOE_EINVAL (no tokenizer, too little text, no output),
+ * MOE_EIO, MOE_ENOMEM or the engine's error; nothing is written on error. */
+int moe_bench_imatrix(const moe_model *m, const char *text, size_t len,
+		      const moe_imatrix_params *p, moe_imatrix_result *r, moe_error *e);
+
 #endif

@@ -3,7 +3,8 @@
 noinst_HEADERS += lib/bench.h
 lib_libmoecore_a_SOURCES += lib/bench/stats.c lib/bench/stream.c lib/bench/throughput.c \
 	lib/bench/perplexity.c lib/bench/experts.c lib/bench/report.c \
-	lib/bench/endpoint.c lib/bench/budget.c lib/bench/plan.c
+	lib/bench/endpoint.c lib/bench/budget.c lib/bench/plan.c \
+	lib/bench/imatrix.c
 
 check_PROGRAMS += tests/unit/t-bench
 TESTS += tests/unit/t-bench

@@ -60,6 +60,7 @@ static void help(void)
 	       "  or:  %s -m MODEL --perplexity FILE [-c N] [--chunks N] [--kl-base OUT]\n"
 	       "  or:  %s -m MODEL --kl BASE [--perplexity FILE]\n"
 	       "  or:  %s -m MODEL --expert-stats OUT.json (--perplexity FILE | -f PROMPT [-n N])\n"
+	       "  or:  %s -m MODEL --imatrix OUT -f TEXT [-c N] [--chunks N]\n"
 	       "  or:  %s --stream-bw\n"
 	       "Measure models in the UTH format: speed like llama-bench, perplexity like\n"
 	       "llama-perplexity, quantisation quality (KL-divergence against a base), expert\n"
@@ -101,6 +102,9 @@ static void help(void)
 	       "      --expert-stats=OUT  write expert routing statistics (JSON) over the text\n"
 	       "                        of --perplexity/--kl, or over a greedy generation\n"
 	       "  -f, --prompt-file=FILE  the prompt of that generation (-n tokens generated)\n"
+	       "      --imatrix=OUT     with -f FILE: an importance matrix for moe-quant\n"
+	       "                        --imatrix, over the text of FILE in chunks of -c\n"
+	       "                        tokens (default 512; --chunks N: at most N)\n"
 	       "\n"
 	       "Models larger than RAM:\n"
 	       "      --mem-budget=LIST after 8 prompt tokens, -n single tokens (random ids, or\n"
@@ -126,7 +130,7 @@ static void help(void)
 	       "LIST is one number or several separated by commas (1,2).\n"
 	       "Exit status: 0 success, 1 failure, 2 usage error.\n"
 	       "See moe-bench(1).\n",
-	       cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog());
+	       cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog());
 }
 
 static void parse_list(const char *opt, const char *val, int min, int max, int_list *l)
@@ -906,6 +910,64 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 	moe_model_free(m);
 }
 
+/* --imatrix OUT: an importance matrix for moe-quant over the text of -f,
+ * a mode of its own (like --endpoint), parsed here. */
+static int run_imatrix(int argc, char **argv)
+{
+	moe_imatrix_params p = {0};
+	const char *model = NULL, *text_file = NULL;
+	bool verbose = isatty(2);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+		size_t al = eq ? (size_t)(eq - a) : strlen(a);
+#define IS(name) (al == strlen(name) && strncmp(a, name, al) == 0)
+		if (IS("-v") || IS("--verbose")) {
+			verbose = true;
+			continue;
+		}
+		if (eq)
+			v = eq + 1;
+		else if (!v)
+			usage_error("%s needs a value", a);
+		else
+			i++;
+		if (IS("--imatrix")) p.out = v;
+		else if (IS("-m") || IS("--model")) model = v;
+		else if (IS("-f") || IS("--prompt-file")) text_file = v;
+		else if (IS("-c") || IS("--ctx-size")) p.n_ctx = (int)cli_parse_long("-c", v, 2, 1 << 22);
+		else if (IS("--chunks")) p.n_chunks = (int)cli_parse_long("--chunks", v, 1, 1 << 30);
+		else if (IS("-t") || IS("--threads")) p.n_threads = (int)cli_parse_long("-t", v, 1, 4096);
+		else if (IS("-b") || IS("--batch-size")) p.n_batch = (int)cli_parse_long("-b", v, 1, 1 << 22);
+		else usage_error("%s does not go with --imatrix", a);
+#undef IS
+	}
+	if (!p.out || !*p.out)
+		usage_error("--imatrix needs an output file");
+	if (!model)
+		usage_error("no model given (-m FILE)");
+	if (!text_file)
+		usage_error("--imatrix needs the calibration text: -f FILE");
+	size_t len = 0;
+	char *text = read_text(text_file, &len);
+	moe_model *m;
+	double load_s;
+	load_model(model, &m, &load_s);
+	moe_imatrix_result r;
+	moe_error e = {0};
+	if (verbose)
+		fprintf(stderr, "%s: %s: importance matrix over %s...\n", cli_prog(), model, text_file);
+	if (moe_bench_imatrix(m, text, len, &p, &r, &e) < 0)
+		die("%s: %s", model, e.msg);
+	if (verbose)
+		fprintf(stderr, "%s: %zu tensors, %d chunks of %d tokens (%llu of the text's %llu) -> %s\n",
+			cli_prog(), r.n_tensors, r.n_chunks, r.n_ctx, (unsigned long long)r.n_tokens,
+			(unsigned long long)r.n_text_tokens, p.out);
+	moe_model_free(m);
+	free(text);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	bench_opts o;
@@ -916,6 +978,9 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++)
 		if (strncmp(argv[i], "--endpoint", 10) == 0)
 			return run_endpoint(argc, argv);
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--imatrix") || !strncmp(argv[i], "--imatrix=", 10))
+			return run_imatrix(argc, argv);
 	parse_args(argc, argv, &o);
 	env_init(&env, cpu, sizeof cpu);
 	if (o.plan)

@@ -6,4 +6,6 @@ tools_moe_bench_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tools_moe_bench_LDADD = $(MOE_LIBS)
 dist_man_MANS += man/moe-bench.1
 TESTS += tests/cli/t0500-bench-throughput.sh tests/cli/t0510-bench-perplexity.sh
+TESTS += tests/cli/t0520-bench-imatrix.sh
+EXTRA_DIST += tests/cli/t0520-bench-imatrix.sh
 EXTRA_DIST += tests/cli/t0500-bench-throughput.sh tests/cli/t0510-bench-perplexity.sh
