@@ -1396,7 +1396,7 @@ INLINE __m512i b32_values(const int kind, const uint8_t *b, const int two)
 		} else if (kind == B32_Q5_0) {
 			z = _mm256_sub_epi8(z, _mm256_set1_epi8(16));
 		}
-		v = _mm512_inserti64x4(v, z, h);
+		v = h ? _mm512_inserti64x4(v, z, 1) : _mm512_inserti64x4(v, z, 0); /* clang wants an immediate */
 	}
 	return v;
 }
