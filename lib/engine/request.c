@@ -238,9 +238,15 @@ int moe_req_parse_json(json_t *req, const moe_tokenizer *tok, const moe_req_defa
 			rc = moe_err(e, MOE_ENOMEM, "out of memory");
 		out->prompt_len = json_string_length(pj);
 	} else if (rc == 0 && mj && !pj) {
-		rc = moe_req_render_messages(tok, mj, json_object_get(req, "tools"),
-					     json_object_get(req, "chat_template_kwargs"), d->system,
-					     d->chat_template, true, &out->prompt, &out->prompt_len, e);
+		/* an empty conversation would render to a bare generation prompt:
+		 * a client's mistake, not a request */
+		if (json_is_array(mj) && json_array_size(mj) == 0)
+			rc = moe_err(e, MOE_EINVAL, "messages must not be empty");
+		else
+			rc = moe_req_render_messages(tok, mj, json_object_get(req, "tools"),
+						     json_object_get(req, "chat_template_kwargs"),
+						     d->system, d->chat_template, true, &out->prompt,
+						     &out->prompt_len, e);
 		out->chat = true;
 	} else if (rc == 0) {
 		rc = moe_err(e, MOE_EINVAL, "a request needs a string \"prompt\" or a \"messages\" array");

@@ -96,5 +96,16 @@ echo '{"prompt": "x", "n_predict": 1.5}' | "$RUN" -m "$T/m.uth" --jsonl > "$T/ou
 grep -q 'n_predict must be an integer' "$T/out"; ok $? "JSON n_predict 1.5: $(cat "$T/out")"
 echo '{"prompt": "x", "temperature": "hot"}' | "$RUN" -m "$T/m.uth" --jsonl > "$T/out"
 grep -q 'temperature must be a number' "$T/out"; ok $? "JSON temperature \"hot\": $(cat "$T/out")"
+# Every out-of-range value the command line refuses is refused in JSON too,
+# with an error line naming the field (issue 16's list of cases).
+for case in 'top_k:-5' 'top_p:2' 'temperature:1e39' 'presence_penalty:1e39' \
+	'frequency_penalty:-1e39' 'repeat_last_n:-7' 'repeat_last_n:2147483647' 'top_k:1e30' \
+	'repeat_last_n:1e30'; do
+	f=${case%%:*} v=${case#*:}
+	echo "{\"prompt\": \"x\", \"$f\": $v}" | "$RUN" -m "$T/m.uth" --jsonl > "$T/out"
+	grep -q "\"error\": *\"$f " "$T/out"; ok $? "JSON $f $v: $(cat "$T/out")"
+done
+echo '{"messages": []}' | "$RUN" -m "$T/m.uth" --jsonl > "$T/out"
+grep -q '"error": *"messages must not be empty' "$T/out"; ok $? "JSON messages []: $(cat "$T/out")"
 "$RUN" -m "$T/m.uth" -p x --parallel 2 2>/dev/null; is $? 2 "--parallel without --jsonl: usage error"
 done_testing
