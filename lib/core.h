@@ -244,6 +244,11 @@ typedef struct moe_out {
 } moe_out;
 
 int moe_out_open(moe_out *o, const char *path, moe_error *e);
+/* MOE_EINVAL when output (a path, or "-" for standard output) is the same
+ * file as input (a path, or "-" for standard input), also through links or
+ * a redirection: writing it would destroy what is being read.  0 otherwise,
+ * also when either does not exist yet. */
+int moe_out_check_not_input(const char *output, const char *input, moe_error *e);
 int moe_out_write(moe_out *o, const void *buf, size_t n, moe_error *e);
 /* Write zero bytes until pos is a multiple of align. */
 int moe_out_pad(moe_out *o, uint64_t align, moe_error *e);

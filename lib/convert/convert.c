@@ -1046,13 +1046,11 @@ static int conversion_prepare(conversion *c, const char *input, int out_type, mo
 static int check_output(const conversion *c, const char *input, const char *output,
 			moe_error *e)
 {
-	struct stat so;
 	/* "-": standard output may itself be redirected onto the input */
+	MOE_TRY(moe_out_check_not_input(output, input, e));
+	struct stat so, si;
 	if (!strcmp(output, "-") ? fstat(STDOUT_FILENO, &so) != 0 : stat(output, &so) != 0)
 		return 0;
-	struct stat si;
-	if (stat(input, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
-		return moe_err(e, MOE_EINVAL, "%s: the output is the input file", output);
 	const moe_hf *h = c->src.hf;
 	if (h && !h->is_archive)
 		for (uint32_t i = 0; i < h->n_shards; i++) {

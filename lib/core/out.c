@@ -212,3 +212,20 @@ void moe_out_abort(moe_out *o)
 	free(o->path);
 	o->tmp = o->path = NULL;
 }
+
+static int stat_path_or_std(const char *path, int std_fd, struct stat *st)
+{
+	return strcmp(path, "-") ? stat(path, st) : fstat(std_fd, st);
+}
+
+int moe_out_check_not_input(const char *output, const char *input, moe_error *e)
+{
+	struct stat so, si;
+	if (stat_path_or_std(output, STDOUT_FILENO, &so) != 0 ||
+	    stat_path_or_std(input, STDIN_FILENO, &si) != 0)
+		return 0;
+	/* pipes and terminals on both sides are no file to destroy */
+	if (!S_ISREG(so.st_mode) || si.st_dev != so.st_dev || si.st_ino != so.st_ino)
+		return 0;
+	return moe_err(e, MOE_EINVAL, "%s: the output is the input file", output);
+}

@@ -385,7 +385,8 @@ int moe_quant_model(const moe_quant_opts *o, moe_quant_result *res, moe_error *e
 	res->n_tensors = n;
 	if ((rc = moe_pool_create(&g.pool, o->threads > 0 ? o->threads : 1, e)) < 0)
 		goto done;
-	if ((rc = moe_out_open(&out, o->out, e)) < 0)
+	if ((rc = moe_out_check_not_input(o->out, o->in, e)) < 0 ||
+	    (rc = moe_out_open(&out, o->out, e)) < 0)
 		goto done;
 	out_open = true;
 	if (!out.seekable) {

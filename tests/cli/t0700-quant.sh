@@ -67,6 +67,13 @@ head -c 4096 /dev/zero >"$T/zero.uth"
 grep -q "magic" "$T/err"; ok $? "not a UTH file: bad magic named"
 { cat "$M"; echo junk; } >"$T/trail.uth"
 "$Q" -t q8_0 "$T/trail.uth" "$T/out/x.uth" 2>"$T/err"; is "$?" 1 "trailing data: exit 1"
+cp "$M" "$T/out/same.uth"
+"$Q" -t q8_0 "$T/out/same.uth" "$T/out/same.uth" 2>"$T/err"; is "$?" 1 "output = input: exit 1"
+grep -q "the output is the input" "$T/err" && cmp -s "$M" "$T/out/same.uth"
+ok $? "output = input: refused, the input intact: $(cat "$T/err")"
+"$Q" -t q8_0 "$T/out/same.uth" - 2>"$T/err" >>"$T/out/same.uth"; is "$?" 1 "standard output appended to the input: exit 1"
+cmp -s "$M" "$T/out/same.uth"; ok $? "... the input intact"
+rm -f "$T/out/same.uth"
 [ -z "$(ls -A "$T/out")" ]; ok $? "no output file (or temporary) left after any failure"
 
 # ---- requantisation
