@@ -285,36 +285,50 @@ static void report_md(FILE *f, const moe_bench_env *env, const moe_bench_row *ro
 		env->isa ? env->isa : "", env->cpu_info ? env->cpu_info : "");
 }
 
+/* The machine-readable forms of a report: one JSON array (JSON), one line
+ * per object (JSONL), or a header from the first object and one line per
+ * object (CSV).  Takes the reference to rows (NULL: out of memory). */
+static int write_objects(FILE *f, moe_bench_format fmt, json_t *rows, moe_error *e)
+{
+	if (!rows)
+		return moe_err(e, MOE_ENOMEM, "out of memory");
+	int rc = 0;
+	if (fmt == MOE_BENCH_JSON) {
+		if ((rc = dump_json(f, json_incref(rows), JSON_INDENT(2), e)) == 0)
+			fputc('\n', f);
+	} else {
+		size_t i;
+		json_t *o;
+		json_array_foreach(rows, i, o) {
+			if (fmt == MOE_BENCH_CSV) {
+				if (i == 0)
+					csv_line(f, o, true);
+				csv_line(f, o, false);
+			} else if ((rc = dump_json(f, json_incref(o), JSON_COMPACT, e)) < 0) {
+				break;
+			} else {
+				fputc('\n', f);
+			}
+		}
+	}
+	json_decref(rows);
+	return rc;
+}
+
 int moe_bench_report(FILE *f, moe_bench_format fmt, const moe_bench_env *env,
 		     const moe_bench_row *rows, size_t n, moe_error *e)
 {
 	clearerr(f);
 	if (fmt == MOE_BENCH_MD) {
 		report_md(f, env, rows, n);
-	} else if (fmt == MOE_BENCH_JSON) {
+	} else {
 		json_t *a = json_array();
 		for (size_t i = 0; a && i < n; i++)
 			if (json_array_append_new(a, row_json(&rows[i], env)) != 0) {
 				json_decref(a);
 				a = NULL;
 			}
-		MOE_TRY(dump_json(f, a, JSON_INDENT(2), e));
-		fputc('\n', f);
-	} else {
-		for (size_t i = 0; i < n; i++) {
-			json_t *o = row_json(&rows[i], env);
-			if (!o)
-				return moe_err(e, MOE_ENOMEM, "out of memory");
-			if (fmt == MOE_BENCH_CSV) {
-				if (i == 0)
-					csv_line(f, o, true);
-				csv_line(f, o, false);
-				json_decref(o);
-			} else {
-				MOE_TRY(dump_json(f, o, JSON_COMPACT, e));
-				fputc('\n', f);
-			}
-		}
+		MOE_TRY(write_objects(f, fmt, a, e));
 	}
 	if (fflush(f) != 0 || ferror(f))
 		return moe_err(e, MOE_EIO, "write error: %s", strerror(errno));
@@ -411,30 +425,14 @@ int moe_batched_report(FILE *f, moe_bench_format fmt, const moe_bench_env *env,
 		fprintf(f, "\ntimes: medians of %d repetitions; build: %s, kernels %s, cpu: %s\n",
 			n ? rows[0].test.reps : 0, env->build_commit ? env->build_commit : "",
 			env->isa ? env->isa : "", env->cpu_info ? env->cpu_info : "");
-	} else if (fmt == MOE_BENCH_JSON) {
+	} else {
 		json_t *a = json_array();
 		for (size_t i = 0; a && i < n; i++)
 			if (json_array_append_new(a, batched_json(&rows[i], env)) != 0) {
 				json_decref(a);
 				a = NULL;
 			}
-		MOE_TRY(dump_json(f, a, JSON_INDENT(2), e));
-		fputc('\n', f);
-	} else {
-		for (size_t i = 0; i < n; i++) {
-			json_t *o = batched_json(&rows[i], env);
-			if (!o)
-				return moe_err(e, MOE_ENOMEM, "out of memory");
-			if (fmt == MOE_BENCH_CSV) {
-				if (i == 0)
-					csv_line(f, o, true);
-				csv_line(f, o, false);
-				json_decref(o);
-			} else {
-				MOE_TRY(dump_json(f, o, JSON_COMPACT, e));
-				fputc('\n', f);
-			}
-		}
+		MOE_TRY(write_objects(f, fmt, a, e));
 	}
 	if (fflush(f) != 0 || ferror(f))
 		return moe_err(e, MOE_EIO, "write error: %s", strerror(errno));
