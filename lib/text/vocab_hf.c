@@ -13,6 +13,7 @@
  */
 #include <config.h>
 
+#include "hf.h"
 #include "text_int.h"
 
 #include <jansson.h>
@@ -645,48 +646,19 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 
 /* json_loads, but integers beyond 64 bits (Python's int(1e30) in
  * model_max_length, as many real tokenizer_config.json files hold) are read
- * as floats: such values are never token ids, and every id is range-checked
- * where it is used. */
+ * as reals, by the rewrite the snapshot reader applies to every JSON file
+ * (moe_hf_json_relax): such values are never token ids, and every id is
+ * range-checked where it is used. */
 static json_t *load_lenient(const char *text, json_error_t *je)
 {
 	json_t *j = json_loads(text, JSON_ALLOW_NUL, je);
 	if (j || !strstr(je->text, "too big integer"))
 		return j;
-	moe_sbuf b = {0};
-	bool in_str = false;
-	int rc = moe_sbuf_reserve(&b, strlen(text) + 64);
-	for (const char *p = text; rc == 0 && *p; p++) {
-		if (in_str) {
-			if (*p == '\\' && p[1])
-				rc |= moe_sbuf_add(&b, p++, 1);
-			else if (*p == '"')
-				in_str = false;
-			rc |= moe_sbuf_add(&b, p, 1);
-			continue;
-		}
-		if (*p == '"') {
-			in_str = true;
-			rc |= moe_sbuf_add(&b, p, 1);
-			continue;
-		}
-		if ((*p >= '0' && *p <= '9') || (*p == '-' && p[1] >= '0' && p[1] <= '9')) {
-			const char *q = p + (*p == '-');
-			while (*q >= '0' && *q <= '9')
-				q++;
-			rc |= moe_sbuf_add(&b, p, (size_t)(q - p));
-			/* a plain integer of 19+ digits becomes a real */
-			if ((size_t)(q - p) > 18 && *q != '.' && *q != 'e' && *q != 'E')
-				rc |= moe_sbuf_add(&b, ".0", 2);
-			p = q - 1;
-			continue;
-		}
-		rc |= moe_sbuf_add(&b, p, 1);
-	}
-	if (rc == 0) {
-		b.p[b.len] = '\0';
-		j = json_loads(b.p, JSON_ALLOW_NUL, je);
-	}
-	free(b.p);
+	char *copy = strdup(text);
+	moe_error e = {0};
+	if (copy && moe_hf_json_relax(&copy, &e) == 0)
+		j = json_loads(copy, JSON_ALLOW_NUL, je);
+	free(copy);
 	return j;
 }
 
