@@ -4,6 +4,8 @@
 #include "uth.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,9 +82,30 @@ const char *moe_arch_supported_list(void)
 	       "phimoe, granitemoe, gpt-oss";
 }
 
+static char runnable_list[256];
+
+/* from the table's "runs" column, so the message cannot disagree with what
+ * the loader accepts (llama's entry also stands for mistral and mixtral,
+ * which share its forward pass) */
+static void build_runnable_list(void)
+{
+	size_t len = 0;
+	for (size_t i = 0; i < N_ARCH; i++) {
+		if (!arch_table[i].runs)
+			continue;
+		const char *name = strcmp(arch_table[i].name, "llama") ? arch_table[i].name
+								: "llama, mistral, mixtral";
+		len += (size_t)snprintf(runnable_list + len, sizeof runnable_list - len, "%s%s",
+					len ? ", " : "", name);
+	}
+}
+
 const char *moe_arch_runnable_list(void)
 {
-	return "llama, mistral, mixtral, qwen2, qwen2moe, qwen3, qwen3moe, olmoe, granitemoe, phimoe, gpt-oss";
+	/* once: moe-serve loads models from several threads */
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, build_runnable_list);
+	return runnable_list;
 }
 
 /* ------------------------------------------------------- tensor names */
