@@ -33,6 +33,12 @@ TESTS += tests/unit/t-kernels tests/unit/t-kernels-generic.sh tests/unit/t-kerne
 tests_unit_t_kernels_LDADD = $(MOE_LIBS)
 EXTRA_DIST += tests/unit/t-kernels-generic.sh tests/unit/t-kernels-isa.sh
 
+# The attention tile of every level against a double reference, generic,
+# and itself in other tiles (batch invariance).
+check_PROGRAMS += tests/unit/t-attn
+TESTS += tests/unit/t-attn
+tests_unit_t_attn_LDADD = $(MOE_LIBS)
+
 # Micro-benchmark (not a test): make tests/unit/bench-kernels
 noinst_PROGRAMS += tests/unit/bench-kernels
 tests_unit_bench_kernels_LDADD = $(MOE_LIBS)
