@@ -86,7 +86,7 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	eng->kv_row_bytes = (size_t)rowb;
 	eng->kv_head_bytes = (size_t)headb;
 	eng->v_trans = eng->kv_type == MOE_F16;
-	if ((rc = moe_kv_init(eng, kv_size, block, e)) < 0)
+	if ((rc = moe_kv_init(eng, kv_size, block, p->kv_keep_all, e)) < 0)
 		goto fail;
 	if ((rc = moe_pool_create(&eng->pool, eng->n_threads, e)) < 0)
 		goto fail;

@@ -243,9 +243,12 @@ static void attn_worker(void *arg, int ith, int nth)
 		}
 		size_t koff = (size_t)g * eng->kv_head_bytes;
 		float mx = -FLT_MAX;
-		/* sliding-window layers (gpt-oss): keys before p0 take no weight */
+		/* sliding-window layers (gpt-oss): keys before p0 take no weight;
+		 * reading starts at pf, p0's block when the cache keeps the
+		 * window only (its earlier rows may be given back, kv.c) */
 		int p0 = slide && n_pos > (int)hp->sliding_window ? n_pos - (int)hp->sliding_window : 0;
-		for (int p = 0; p < n_pos; p++) {
+		int pf = moe_kv_first(eng, j->il, n_pos - 1);
+		for (int p = pf; p < n_pos; p++) {
 			if (p < p0) {
 				scores[p] = -INFINITY;
 				continue;
@@ -262,15 +265,15 @@ static void attn_worker(void *arg, int ith, int nth)
 		if (sink)
 			mx = sink[h] > mx ? sink[h] : mx;
 		double sum = sink ? expf(sink[h] - mx) : 0;
-		for (int p = 0; p < n_pos; p++)
+		for (int p = pf; p < n_pos; p++)
 			sum += (scores[p] = expf(scores[p] - mx));
 		float inv = (float)(1.0 / sum);
-		for (int p = 0; p < n_pos; p++)
+		for (int p = pf; p < n_pos; p++)
 			scores[p] *= inv;
 		float *o = eng->att + (int64_t)t * H * hdv + (int64_t)h * hdv;
 		memset(o, 0, (size_t)hdv * sizeof *o);
 		if (eng->v_trans) {
-			for (int b0 = 0; b0 < n_pos; b0 += bt) {
+			for (int b0 = pf; b0 < n_pos; b0 += bt) {
 				int nb = n_pos - b0 < bt ? n_pos - b0 : bt;
 				const uint16_t *vt = (const uint16_t *)moe_kv_v(eng, s->blocks[b0 / bt], j->il) +
 						     (size_t)g * hdv * bt;
@@ -282,7 +285,7 @@ static void attn_worker(void *arg, int ith, int nth)
 			}
 		} else {
 			size_t voff = (size_t)g * eng->kv_head_bytes; /* hdv == hd (load.c) */
-			for (int p = 0; p < n_pos; p++) {
+			for (int p = pf; p < n_pos; p++) {
 				const uint8_t *vb = moe_kv_v(eng, s->blocks[p / bt], j->il);
 				row_to_float(eng, eng->kv_type, vb + (size_t)(p % bt) * rowb + voff, vrow, hdv);
 				for (int d = 0; d < hdv; d++)
