@@ -46,14 +46,15 @@ typedef void (*moe_gemm_fn)(int64_t n, int nr, int nt, const void *w, size_t ldw
  * positions [lo[t], hi[t]) with softmax(scale * q.k) (plus the head's sink
  * logit, if any, in the denominator) and writes its weighted sum of values.
  *
- * Cache layout per block of block_tokens positions and one layer, at
- * k + blocks[b] * block_bytes (v likewise; k and v already offset to this
- * KV head):
+ * The cache is paged: positions [b * block_tokens, (b + 1) * block_tokens)
+ * of this layer and KV head are at k[b] and v[b] (the caller resolves the
+ * sequence's block ids), laid out as
  *   F16:  K transposed, [dims][block_tokens] halves (dimension d of this
- *         head at (uint16_t *)k + d * block_tokens); V rows.
+ *         head at (uint16_t *)k[b] + d * block_tokens); V rows.
  *   Q8_0: K and V rows.
- * Rows are row_bytes apart.  Only blocks holding a position of some row's
- * range are read (blocks before a sliding window's start never are).
+ * Rows are row_bytes apart.  Only the entries of blocks holding a position
+ * of some row's range are read: those before a sliding window's first block
+ * need not be set (the cache may have given them back).
  *
  * Batch-invariant: a row's output is the same bits whatever other rows are
  * in the tile (kernels/attn_tile.h says how).  Levels differ from each
@@ -61,9 +62,9 @@ typedef void (*moe_gemm_fn)(int64_t n, int nr, int nt, const void *w, size_t ldw
 typedef struct moe_attn_tile {
 	int kv_type;                  /* MOE_F16 or MOE_Q8_0 */
 	int head_dim, head_dim_v, block_tokens;
-	const int32_t *blocks;        /* the sequence's blocks: position p in blocks[p / block_tokens] */
-	const uint8_t *k, *v;         /* this KV head in block 0 of the layer */
-	size_t block_bytes, row_bytes;
+	const uint8_t *const *k;      /* [block] this KV head's keys in the block */
+	const uint8_t *const *v;      /* [block] its values */
+	size_t row_bytes;
 	int n_tok, n_head;
 	const float *q;               /* row (t, i) at q + t * q_stride + i * head_dim */
 	int64_t q_stride;

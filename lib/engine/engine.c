@@ -86,7 +86,7 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	eng->kv_row_bytes = (size_t)rowb;
 	eng->kv_head_bytes = (size_t)headb;
 	eng->k_trans = eng->kv_type == MOE_F16;
-	if ((rc = moe_kv_init(eng, kv_size, block, e)) < 0)
+	if ((rc = moe_kv_init(eng, kv_size, block, p->kv_keep_all, e)) < 0)
 		goto fail;
 	if ((rc = moe_pool_create(&eng->pool, eng->n_threads, e)) < 0)
 		goto fail;
@@ -139,9 +139,12 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	    !(eng->active = INTS(nx)) || !(eng->first_of = INTS(nx)) ||
 	    !(eng->count_of = INTS(nx)) ||
 	    !(eng->active_w = moe_arena_alloc(a, nx * sizeof(moe_expert), 64)) ||
+	    !(eng->arrived = moe_arena_alloc(a, nx * sizeof(int), 64)) ||
 	    !(eng->scratch = moe_arena_alloc(a, 3 * eng->scratch_bytes, 64)) ||
 	    !(eng->attn_first = INTS(B + 1)) ||
 	    !(eng->attn_work = moe_arena_alloc(a, nth * eng->attn_work_bytes, 64)) ||
+	    !(eng->attn_blocks = moe_arena_alloc(a, nth * 2 * (size_t)eng->kv.n_blocks *
+							 sizeof *eng->attn_blocks, 64)) ||
 	    !(eng->par_buf = FLOATS(nth * eng->par_stride)) ||
 	    !(eng->par_scratch = moe_arena_alloc(a, nth * eng->par_scratch_bytes, 64)) ||
 	    !(eng->out_rows = FLOATS(B * hp->n_vocab)) || !(eng->want = INTS(B))) {

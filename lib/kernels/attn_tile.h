@@ -104,14 +104,13 @@ static inline vi key_index(int j)
 	return v;
 }
 
-/* Keys [ja, jb) of block `blk` (rows of the tile's head) into the float
+/* Keys [ja, jb) of the block of positions from blk * block_tokens into the float
  * tiles: kt[d * ktw + j], vr[j * vw + d]. */
 static void decode_block(const moe_attn_tile *t, int blk, int ja, int jb, float *kt, int ktw,
 			 float *vr, int vw)
 {
 	int hd = t->head_dim, hdv = t->head_dim_v, bt = t->block_tokens;
-	const uint8_t *k = t->k + (size_t)blk * t->block_bytes;
-	const uint8_t *v = t->v + (size_t)blk * t->block_bytes;
+	const uint8_t *k = t->k[blk], *v = t->v[blk];
 	if (t->kv_type == MOE_F16) {
 		/* K is stored transposed: dimension d's keys are contiguous */
 		for (int d = 0; d < hd; d++)
@@ -248,7 +247,7 @@ void ATTN_NAME(const moe_attn_tile *t)
 	/* blocks before the earliest range start (a sliding window) are never read */
 	for (int p0 = lo / bt * bt; p0 < hi; p0 += bt) {
 		int ja = (lo > p0 ? lo : p0) - p0, jb = (hi < p0 + bt ? hi : p0 + bt) - p0;
-		decode_block(t, t->blocks[p0 / bt], ja, jb, kt, ktw, vr, vw);
+		decode_block(t, p0 / bt, ja, jb, kt, ktw, vr, vw);
 		/* rows in fours; the last four repeat a row rather than take
 		 * another code path */
 		for (int r0 = 0; r0 < R; r0 += 4) {

@@ -140,7 +140,7 @@ static void reference(const cache *c, int g, const float *q, int lo, int hi, con
 typedef struct {
 	const cache *c;
 	int n_tok, window;
-	const int32_t *blocks;
+	const uint8_t **k[4], **v[4]; /* [KV head][block] block addresses */
 	const float *q, *sink; /* q [n_tok][H * hd]; sink [H] or NULL */
 	int32_t *lo, *hi;
 	float scale;
@@ -152,12 +152,10 @@ static void run(const moe_kernels *k, const problem *pb, int g, int t0, int n, f
 {
 	const cache *c = pb->c;
 	int H = c->hkv * c->group, hd = c->hd;
-	size_t koff = c->kv_type == MOE_F16 ? (size_t)g * hd * c->bt * 2 : (size_t)g * c->head_bytes;
 	moe_attn_tile t = {
 		.kv_type = c->kv_type, .head_dim = hd, .head_dim_v = hd, .block_tokens = c->bt,
-		.blocks = pb->blocks, .k = c->data + koff,
-		.v = c->data + (size_t)c->bt * c->row_bytes + (size_t)g * c->head_bytes,
-		.block_bytes = c->block_bytes, .row_bytes = c->row_bytes, .n_tok = n,
+		.k = pb->k[g], .v = pb->v[g],
+		.row_bytes = c->row_bytes, .n_tok = n,
 		.n_head = c->group, .q = pb->q + (size_t)t0 * H * hd + (size_t)g * c->group * hd,
 		.q_stride = (int64_t)H * hd, .out = out + (size_t)t0 * H * hd + (size_t)g * c->group * hd,
 		.out_stride = (int64_t)H * hd, .lo = pb->lo + t0, .hi = pb->hi + t0,
@@ -194,19 +192,37 @@ static void check_case(int kv_type, int hd, int hkv, int group, int bt, int n_po
 		lo[t] = window && hi[t] > window ? hi[t] - window : 0;
 		first_block = lo[t] / bt < first_block ? lo[t] / bt : first_block;
 	}
-	/* the block list from first_block on starts a page after an
-	 * inaccessible one */
-	long page = sysconf(_SC_PAGESIZE);
-	uint8_t *map = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE,
+	/* each KV head's K and V address lists: the entries from first_block
+	 * on start a page after an inaccessible one */
+	problem pb = {&c, n_tok, window, {NULL}, {NULL}, q, sinks ? sink : NULL, lo, hi,
+		      1.0f / sqrtf((float)hd)};
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), n_lists = 2 * (size_t)hkv;
+	uint8_t *map = mmap(NULL, 2 * page * n_lists, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (map == MAP_FAILED || mprotect(map, (size_t)page, PROT_NONE)) {
-		ok(0, "mmap guard page");
+	for (size_t i = 0; map != MAP_FAILED && i < n_lists; i++) {
+		if (mprotect(map + 2 * page * i, page, PROT_NONE)) {
+			ok(0, "mprotect");
+			return;
+		}
+		const uint8_t **list = (const uint8_t **)(map + 2 * page * i + page) - first_block;
+		int g = (int)(i / 2);
+		for (int b = first_block; b < c.n_blocks; b++) {
+			uint8_t *blk = block_k(&c, c.ids[b]);
+			if (i % 2)
+				list[b] = blk + (size_t)bt * c.row_bytes + (size_t)g * c.head_bytes;
+			else
+				list[b] = blk + (kv_type == MOE_F16 ? (size_t)g * hd * bt * 2
+								    : (size_t)g * c.head_bytes);
+		}
+		if (i % 2)
+			pb.v[g] = list;
+		else
+			pb.k[g] = list;
+	}
+	if (map == MAP_FAILED) {
+		ok(0, "mmap guard pages");
 		return;
 	}
-	int32_t *list = (int32_t *)(map + page);
-	memcpy(list, c.ids + first_block, (size_t)(c.n_blocks - first_block) * sizeof *list);
-	problem pb = {&c, n_tok, window, list - first_block, q, sinks ? sink : NULL, lo, hi,
-		      1.0f / sqrtf((float)hd)};
 
 	char name[160];
 	snprintf(name, sizeof name, "%s hd %d, %d KV heads x %d, blocks of %d, %d tokens at %d%s%s",
@@ -249,7 +265,7 @@ static void check_case(int kv_type, int hd, int hkv, int group, int bt, int n_po
 		   "%s %s: the same bits alone, in tiles of 5 and of %d", in, name, n_tok);
 	}
 	free(ref), free(work), free(gen), free(all), free(one), free(five), free(q);
-	munmap(map, 2 * (size_t)page);
+	munmap(map, 2 * page * n_lists);
 	cache_free(&c);
 }
 
