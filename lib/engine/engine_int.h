@@ -90,6 +90,7 @@ struct moe_engine {
 	int32_t *slot_of;        /* [B*k] (token*k + choice) of each gathered row */
 	int32_t *active;         /* [n_expert] experts with tokens this layer */
 	moe_expert *active_w;    /* [n_expert] their weights (expert store) */
+	int *arrived;            /* [n_expert] indices into active that the store handed over */
 	int32_t *first_of, *count_of; /* [n_expert] where an expert's rows start in order, how many */
 	int32_t *order;          /* [B*k] slots sorted by expert */
 	void *scratch;           /* quantised activations: 3 products' worth */
