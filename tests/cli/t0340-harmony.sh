@@ -4,8 +4,9 @@
 # published chat template) is recognised as harmony; --jsonl gives the final
 # channel as "text" and the analysis as "reasoning_content", which must equal
 # what an independent parse (Python, below) finds in the raw text of the
-# same sampled generation (fixed seed, --reasoning=raw); --chat hides the analysis by
-# default.  Option errors are usage errors.
+# same sampled generation (fixed seed, --reasoning=raw); --chat hides the
+# analysis by default; moe-serve's OpenAI and Ollama chats split the same
+# way and take reasoning_effort / think.  Option errors are usage errors.
 . "$top_srcdir/tests/cli/lib.sh"
 GEN="$PYTHON3 $top_srcdir/scripts/gen-model"
 GOLD="$top_srcdir/tests/golden/chat"
@@ -122,6 +123,81 @@ echo "Question 1: what is 6*7?" | "$RUN" -m "$T/m.uth" $G --chat --reasoning=raw
 "$PYTHON3" -c 'import json,sys; sys.stdout.write(json.loads(open(sys.argv[1]).readline())["text"] + "\n")' \
 	"$T/raw.jsonl" > "$T/want"
 cmp -s "$T/chat.raw" "$T/want"; ok $? "--chat --reasoning=raw prints the text as generated"
+
+# moe-serve: the same request over the OpenAI and Ollama APIs gives the
+# answer as content and the analysis as reasoning_content / thinking, equal
+# to --jsonl's; streamed pieces add up to the same; reasoning_effort and
+# think reach the template; bad values are 400s.
+"$PYTHON3" - "$BIN/moe-serve" "$T/m.uth" "$T/hide.jsonl" > "$T/serve.res" <<'PY'
+import http.client, json, re, subprocess, sys, time
+serve, model, hide = sys.argv[1:4]
+want = json.loads(open(hide).readline())
+def ok(cond, name):  # one "STATUS NAME" line per check, for the shell's ok
+    print("%d %s" % (0 if cond else 1, name), flush=True)
+p = subprocess.Popen([serve, "-m", model, "-t", "1", "--port", "0", "--host", "127.0.0.1"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+port = None
+line = ""
+for _ in range(600):
+    line += p.stderr.readline()
+    m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
+    if m:
+        port = int(m.group(1))
+        break
+def post(path, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    return r.status, r.read().decode()
+msgs = [{"role": "user", "content": "Question 1: what is 6*7?"}]
+samp = {"temperature": 3, "top_k": 0, "top_p": 1, "min_p": 0, "seed": 7, "ignore_eos": True}
+try:
+    st, b = post("/v1/chat/completions", dict(samp, messages=msgs, max_tokens=160))
+    msg = json.loads(b)["choices"][0]["message"] if st == 200 else {}
+    ok(st == 200 and msg.get("content") == want["text"] and
+       msg.get("reasoning_content") == want["reasoning_content"],
+       "OpenAI chat: content and reasoning_content as --jsonl's")
+    st, b = post("/v1/chat/completions", dict(samp, messages=msgs, max_tokens=160, stream=True))
+    c, r = "", ""
+    for l in b.split("\n"):
+        if l.startswith("data: {"):
+            d = json.loads(l[6:])["choices"][0].get("delta", {})
+            c += d.get("content", "")
+            r += d.get("reasoning_content", "")
+    ok(st == 200 and c == want["text"] and r == want["reasoning_content"],
+       "OpenAI chat, streamed: the pieces add up to the same")
+    # Ollama has no ignore_eos: its answers are compared with OpenAI's
+    # answer to the same request without it.
+    del samp["ignore_eos"]
+    st, b = post("/v1/chat/completions", dict(samp, messages=msgs, max_tokens=160))
+    ref = json.loads(b)["choices"][0]["message"]["content"] if st == 200 else None
+    st, b = post("/api/chat", dict(model="m", messages=msgs, stream=False, think=False,
+                                   options=dict(samp, num_predict=160)))
+    o = json.loads(b) if st == 200 else {"message": {}}
+    ok(st == 200 and o["message"].get("content") == ref and "thinking" not in o["message"],
+       "Ollama chat with think: false: content, no thinking")
+    st, b = post("/api/chat", dict(model="m", messages=msgs, stream=True,
+                                   options=dict(samp, num_predict=160)))
+    c = "".join(json.loads(l)["message"]["content"] for l in b.splitlines() if l.strip())
+    ok(st == 200 and c == ref, "Ollama chat, streamed: the same content")
+    counts = {}
+    for eff in ("low", "high"):
+        st, b = post("/v1/chat/completions", dict(messages=msgs, max_tokens=1, reasoning_effort=eff))
+        counts[eff] = json.loads(b)["usage"]["prompt_tokens"] if st == 200 else None
+    st, b = post("/v1/chat/completions", dict(messages=msgs, max_tokens=1))
+    counts["none"] = json.loads(b)["usage"]["prompt_tokens"] if st == 200 else None
+    ok(None not in counts.values() and counts["low"] != counts["high"],
+       "reasoning_effort reaches the template (prompt tokens %s)" % counts)
+    st, b = post("/v1/chat/completions", dict(messages=msgs, reasoning_effort="extreme"))
+    ok(st == 400 and "reasoning_effort" in b, "reasoning_effort \"extreme\": 400 naming it")
+    st, b = post("/api/chat", dict(model="m", messages=msgs, think="loud", stream=False))
+    ok(st == 400 and "think" in b, "think \"loud\": 400 naming it")
+finally:
+    p.terminate()
+    p.wait(timeout=30)
+PY
+ok $? "the moe-serve client ran"
+while read -r st name; do ok "$st" "$name"; done < "$T/serve.res"
 
 # Usage errors.
 "$RUN" -m "$T/m.uth" --reasoning=loud --chat < /dev/null > /dev/null 2>&1; is $? 2 "--reasoning=loud: usage error"

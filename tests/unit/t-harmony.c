@@ -11,6 +11,7 @@
 #include "tap.h"
 #include "text.h"
 #include "text/text_int.h" /* moe_sbuf */
+#include "serve/serve_int.h" /* serve_reply_* (lib/serve/reply.c) */
 
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,28 @@ static void test_vocabulary(void)
 	   "the detokeniser prints the markers without MOE_DETOK_SPECIAL");
 	static const char *const want[4] = {"It is 42.", "Think: 6*7.", "", ""};
 	ok(sink_is(&s, want), "final and analysis channels of the stream");
+
+	/* moe-serve's split of the same text in pieces of 5 bytes: the answer
+	 * and the reasoning, or no reasoning (think: false), or nothing split
+	 * for a raw completion. */
+	for (int show = 0; show < 2; show++) {
+		serve_reply *sr = serve_reply_new(t, true, show);
+		moe_sbuf c = {0}, rsn = {0};
+		for (size_t i = 0; sr && i <= raw.len; i += 5) {
+			const char *pa, *pb;
+			size_t al, bl, step = raw.len - i < 5 ? raw.len - i : 5;
+			serve_reply_split(sr, raw.p + i, step, i + 5 > raw.len, &pa, &al, &pb, &bl);
+			moe_sbuf_add(&c, pa, al);
+			moe_sbuf_add(&rsn, pb, bl);
+		}
+		ok(sr && c.len == 9 && !memcmp(c.p, "It is 42.", 9) &&
+		   (show ? rsn.len == 11 && !memcmp(rsn.p, "Think: 6*7.", 11) : rsn.len == 0),
+		   "moe-serve's reply split, reasoning %s", show ? "shown" : "hidden");
+		free(c.p);
+		free(rsn.p);
+		serve_reply_free(sr);
+	}
+	ok(!serve_reply_new(t, false, true), "... not for a raw completion");
 	free(raw.p);
 	sink_free(&s);
 	moe_harmony_free(h);
@@ -229,6 +252,7 @@ static void test_vocabulary(void)
 	rc = vocab(&vd, plain, 4, &a);
 	if (rc == 0)
 		rc = moe_tokenizer_from_data(&t, &vd, &e);
+	ok(rc == 0 && !serve_reply_new(t, true, true), "... nor for a vocabulary that is not harmony");
 	size_t len = 1;
 	ok(rc == 0 && !moe_tokenizer_is_harmony(t) && moe_tokenizer_is_eog(t, 257) &&
 	   (moe_tokenizer_piece(t, 256, false, &len), len == 0),
