@@ -3,9 +3,10 @@
 # the same greedy tokens as the resident model for every MoE architecture
 # (F32 tiny and Q4_K_M small shapes), at the smallest budget (one layer of
 # experts), half the model and all of it, with --parallel requests and one or
-# two threads; the error paths: a dense model, a budget below the minimum,
-# an I/O error and a short read on the Nth read (MOE_TEST_IO_FAULT),
-# --verify-reads without --mem-budget.
+# two threads, and with reads handed over in reverse order
+# (MOE_TEST_IO_TRICKLE, so experts are computed in arrival order); the error
+# paths: a dense model, a budget below the minimum, an I/O error and a short
+# read on the Nth read (MOE_TEST_IO_FAULT), --verify-reads without --mem-budget.
 . "$top_srcdir/tests/cli/lib.sh"
 GEN="$PYTHON3 $top_srcdir/scripts/gen-model"
 RUN="$BIN/moe-run"
@@ -32,6 +33,12 @@ for spec in "mixtral f32 tiny" "olmoe f32 tiny" "qwen2moe f32 tiny" "qwen3moe f3
 			[ $st -eq 0 ] || sed 's/^/#   /' "$T/err"
 		done
 	done
+	# reads handed over one at a time, last requested first: experts are
+	# computed in arrival order, not id order, and the text must not change
+	MOE_TEST_IO_TRICKLE=200 "$RUN" -m "$T/$name.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos \
+		--mem-budget min > "$T/out.txt" 2>"$T/err"
+	[ $? -eq 0 ] && cmp -s "$T/out.txt" "$T/ref.txt"
+	ok $? "$name: --mem-budget min, reads trickling in (MOE_TEST_IO_TRICKLE): same text"
 	# several requests decoded together: each expert read serves all of them
 	printf '{"prompt": "%s", "n_predict": 12, "temperature": 0}\n' "a b" "c d e" "f" "g h i j" \
 		> "$T/in.jsonl"
@@ -67,12 +74,18 @@ rows = json.load(open(sys.argv[1]))
 assert len(rows) == 2, rows
 s, r = rows
 for k in ("tok_s", "hit_rate", "prediction_accuracy", "bytes_read_per_token", "io_wait_s",
-          "pct_of_io_bound", "disk_bw_bytes_s", "slots"):
+          "pct_of_io_bound", "disk_bw_bytes_s", "read_bytes_s", "overlap", "slots"):
     assert k in s, k
 assert s["tok_s"] > 0 and 0 <= s["hit_rate"] <= 1 and 0 <= s["prediction_accuracy"] <= 1
 assert s["disk_bw_bytes_s"] > 0 and s["slots"] > 0 and r["slots"] == 0 and r["hit_rate"] == 1
 PY
 ok $? "... with tokens/s, hit rate, prediction accuracy, bytes/token, % of the I/O bound"
+# --no-overlap: every expert of a layer before any math, so none overlaps I/O
+"$BIN/moe-bench" -m "$M" --mem-budget 90% --no-overlap -n 8 -o json > "$T/b.json" 2>"$T/err"
+ok $? "moe-bench --mem-budget 90% --no-overlap"
+$PYTHON3 -c 'import json, sys; r = json.load(open(sys.argv[1]))[0]
+assert r["overlap"] == 0 and r["bytes_read_per_token"] > 0, r' "$T/b.json"
+ok $? "... reads experts and computes none of them under I/O (overlap 0)"
 "$BIN/moe-bench" -m "$M" --mem-budget 1K -n 4 2>"$T/err" >/dev/null; is $? 1 "moe-bench: budget too small: failure"
 "$BIN/moe-bench" -m "$M" --mem-budget 90% --policy mru 2>/dev/null >/dev/null; is $? 2 "--policy mru: usage error"
 # moe-bench --plan: predictions for a few budgets and a recommendation
