@@ -31,6 +31,8 @@ typedef struct gen {
 	int num_ctx;           /* Ollama's options.num_ctx (0: the server's context) */
 	double t_start, t_loaded;
 	size_t text_offset;
+	serve_reply *reply;  /* harmony chat: answer and reasoning apart (reply.c) */
+	bool show_reasoning; /* Ollama think: false hides it */
 } gen;
 
 static bool is_ollama(kind k)
@@ -176,6 +178,19 @@ static void ollama_final(gen *g, const job *j, json_t *o)
 	json_object_set_new(o, "eval_duration", json_integer((json_int_t)(j->res.t_gen * 1e9)));
 }
 
+static json_t *ollama_obj(gen *g, const char *text, size_t len);
+
+/* Ollama's object with a harmony model's reasoning as "thinking". */
+static json_t *ollama_obj_thinking(gen *g, const char *text, size_t len, const char *th,
+				   size_t th_len)
+{
+	json_t *o = ollama_obj(g, text, len);
+	if (th_len)
+		json_object_set_new(g->k == K_OLLAMA_CHAT ? json_object_get(o, "message") : o,
+				    "thinking", jstr(th, th_len));
+	return o;
+}
+
 static json_t *ollama_obj(gen *g, const char *text, size_t len)
 {
 	char ts[64];
@@ -225,9 +240,13 @@ static bool fill(void *ctx, job *j, const char *text, size_t len, const lp_entry
 		 size_t n_lps, bool done, char **out, size_t *olen, size_t *ocap)
 {
 	gen *g = ctx;
+	const char *th = NULL; /* a harmony model's reasoning in this piece */
+	size_t th_len = 0;
+	if (g->reply)
+		serve_reply_split(g->reply, text, len, done, &text, &len, &th, &th_len);
 	if (is_ollama(g->k)) {
-		if (len)
-			emit(out, olen, ocap, "", ollama_obj(g, text, len), "\n");
+		if (len || th_len)
+			emit(out, olen, ocap, "", ollama_obj_thinking(g, text, len, th, th_len), "\n");
 		if (done) {
 			if (j->res.finish == MOE_FINISH_ERROR || j->res.finish == MOE_FINISH_ABORT) {
 				const char *m = j->res.finish == MOE_FINISH_ABORT
@@ -248,11 +267,13 @@ static bool fill(void *ctx, job *j, const char *text, size_t len, const lp_entry
 		     openai_chunk(g, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL),
 		     "\n\n");
 	}
-	if (len || n_lps) {
+	if (len || n_lps || th_len) {
 		json_t *lp = NULL;
 		if (g->logprobs && n_lps)
 			lp = g->k == K_CHAT ? chat_logprobs(g, lps, n_lps) : completion_logprobs(g, lps, n_lps);
 		json_t *d = g->k == K_CHAT ? json_pack("{s:o}", "content", jstr(text, len)) : jstr(text, len);
+		if (th_len && g->k == K_CHAT)
+			json_object_set_new(d, "reasoning_content", jstr(th, th_len));
 		emit(out, olen, ocap, "data: ", openai_chunk(g, d, lp, NULL), "\n\n");
 	}
 	if (done) {
@@ -289,8 +310,12 @@ static enum MHD_Result answer(http_req *r, gen *g, job *j)
 		unsigned st = c == MOE_EINVAL || c == MOE_ERANGE ? 400 : 500;
 		return ERR(r, ol, st, NULL, NULL, "%s", j->res.error.msg);
 	}
+	const char *text = j->text ? j->text : "", *th = NULL;
+	size_t text_len = j->text_len, th_len = 0;
+	if (g->reply)
+		serve_reply_split(g->reply, text, text_len, true, &text, &text_len, &th, &th_len);
 	if (ol) {
-		json_t *o = ollama_obj(g, j->text ? j->text : "", j->text_len);
+		json_t *o = ollama_obj_thinking(g, text, text_len, th, th_len);
 		ollama_final(g, j, o);
 		return http_json(r, 200, o);
 	}
@@ -298,10 +323,14 @@ static enum MHD_Result answer(http_req *r, gen *g, job *j)
 						   : completion_logprobs(g, j->lps, j->n_lps))
 				 : json_null();
 	json_t *choice;
-	if (g->k == K_CHAT)
+	if (g->k == K_CHAT) {
 		choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", 0, "message", "role",
-				   "assistant", "content", jstr(j->text ? j->text : "", j->text_len),
+				   "assistant", "content", jstr(text, text_len),
 				   "logprobs", lp, "finish_reason", finish_word(j->res.finish));
+		if (g->reply)
+			json_object_set_new(json_object_get(choice, "message"), "reasoning_content",
+					    jstr(th ? th : "", th_len));
+	}
 	else
 		choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "text",
 				   jstr(j->text ? j->text : "", j->text_len), "logprobs", lp,
@@ -556,6 +585,7 @@ static void gen_free(void *p)
 {
 	gen *g = p;
 	moe_serve *s = g->srv;
+	serve_reply_free(g->reply);
 	free(g);
 	inflight(s, -1);
 }
@@ -610,6 +640,8 @@ static enum MHD_Result generate(http_req *r, kind k)
 	job *j = NULL;
 	unsigned status = 400;
 	rc = ol ? ollama_normalise(g, r->body, &q, &d, &e) : openai_normalise(g, r->body, &q, &param, &e);
+	if (rc == 0)
+		rc = serve_reply_template_vars(q, r->body, ol, &g->show_reasoning, &param, &e);
 	if (rc == 0 && ol)
 		rc = keep_alive(r, g->sl, &e);
 	if (rc == 0 && k == K_OLLAMA_GENERATE && json_object_get(q, "prompt") &&
@@ -627,6 +659,8 @@ static enum MHD_Result generate(http_req *r, kind k)
 	}
 	if (rc == 0)
 		rc = moe_req_parse_json(q, tok, &d, &in, &e);
+	if (rc == 0)
+		g->reply = serve_reply_new(tok, in.chat, g->show_reasoning);
 	if (rc == 0)
 		rc = moe_req_tokenize(tok, in.prompt, in.prompt_len, in.chat, &ids, &n_ids, &e);
 	if (rc == 0 && n_ids == 0)

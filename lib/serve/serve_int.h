@@ -176,6 +176,23 @@ bool http_wait(http_req *r, job *j);
 bool http_client_gone(int fd);
 void buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n);
 
+/* ------------------------------------------------------------ reply.c */
+/* A harmony model's chat answer split into answer and reasoning (NULL
+ * unless `chat` and the vocabulary is harmony). */
+typedef struct serve_reply serve_reply;
+serve_reply *serve_reply_new(const moe_tokenizer *tok, bool chat, bool show_reasoning);
+void serve_reply_free(serve_reply *r);
+/* One piece of generated text (done: the last); the answer's and the
+ * reasoning's parts of it, valid until the next call.  0 or MOE_ENOMEM. */
+int serve_reply_split(serve_reply *r, const char *text, size_t len, bool done,
+		      const char **content, size_t *content_len, const char **reasoning,
+		      size_t *reasoning_len);
+/* reasoning_effort (OpenAI) or think (Ollama) of the request body into the
+ * normalised request's chat_template_kwargs; *show_reasoning false for
+ * think: false.  A bad value: MOE_EINVAL, *param naming the field. */
+int serve_reply_template_vars(json_t *q, const json_t *body, bool ollama, bool *show_reasoning,
+			      const char **param, moe_error *e);
+
 /* -------------------------------------------------------------- api.c */
 enum MHD_Result api_dispatch(http_req *r);
 /* Cancel the running pulls and wait for their threads (moe_serve_stop). */
