@@ -25,7 +25,10 @@ tests_unit_t_engine_LDADD = $(MOE_LIBS)
 # Issue 14: phimoe's LongRoPE long factors against the reference.
 TESTS += tests/cli/t0415-engine-longrope.sh
 EXTRA_DIST += tests/cli/t0415-engine-longrope.sh
-# Issue 14: gpt-oss's sliding layers keep their window only (kv.c).
+# Issue 14: gpt-oss's sliding layers keep their window only (kv.c);
+# engine-window: prefix sharing and rewinds past the window.
+check_PROGRAMS += tests/unit/engine-window
+tests_unit_engine_window_LDADD = $(MOE_LIBS)
 TESTS += tests/cli/t0435-engine-window.sh
 EXTRA_DIST += tests/cli/t0435-engine-window.sh
 
