@@ -967,6 +967,12 @@ static enum MHD_Result metrics(http_req *r)
 	OUT("# HELP moe_model_loaded 1 if the model is resident.\n# TYPE moe_model_loaded gauge\n");
 	for (int i = 0; i < s->n_slots; i++)
 		OUT("moe_model_loaded{model=\"%s\"} %d\n", s->slots[i]->name, s->slots[i]->state == SLOT_READY);
+	OUT("# HELP moe_kv_shared_tokens_total Prompt tokens not computed: full KV blocks of an earlier prompt reused (since the model loaded).\n"
+	    "# TYPE moe_kv_shared_tokens_total counter\n");
+	for (int i = 0; i < s->n_slots; i++)
+		if (s->slots[i]->state == SLOT_READY)
+			OUT("moe_kv_shared_tokens_total{model=\"%s\"} %llu\n", s->slots[i]->name,
+			    (unsigned long long)s->slots[i]->kv.n_shared_tokens);
 	OUT("# HELP moe_model_weight_bytes Weight bytes a loaded model holds (its share of --mem-budget).\n"
 	    "# TYPE moe_model_weight_bytes gauge\n");
 	for (int i = 0; i < s->n_slots; i++)

@@ -1001,6 +1001,28 @@ def test_num_ctx():
     ok(srv.stop() == 0, "exit 0")
 
 
+def test_bench_serve():
+    """scripts/bench-serve runs and prints its three tables (no timing
+    is judged: the figures are for people, on a quiet machine)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                          "bench-serve")
+    out = os.path.join(TMP, "bench.json")
+    r = subprocess.run(["/usr/bin/python3", script, "--bin", os.path.dirname(SERVE), "-m", MODEL,
+                        "-t", "1", "--rounds", "1", "--np", "1,2", "-p", "16", "-n", "4",
+                        "--ttft-p", "8", "--ttft-reps", "2", "--json", out],
+                       capture_output=True, text=True, timeout=600)
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| ")]
+    good = (r.returncode == 0 and any(l.startswith("| time to first token |") for l in rows)
+            and any(l.startswith("| 2 | ") for l in rows)
+            and any(l.startswith("| idle, model loaded |") for l in rows))
+    ok(good, "scripts/bench-serve: TTFT, throughput (1 and 2 clients) and RSS tables",
+       r.stdout + r.stderr)
+    with open(out) if good else open(os.devnull) as f:
+        j = json.load(f) if good else {}
+    ok(good and len(j["samples"]["tps"]["2"]["unix"]) == 1 and j["rss_idle"]["VmRSS"] > 0,
+       "... and its --json samples", j)
+
+
 def main_memory():
     r = subprocess.run([SERVE, "--port", "0", "-m", MODEL, "--mem-budget", "50%"],
                        capture_output=True, timeout=30)
@@ -1008,6 +1030,7 @@ def main_memory():
        "--mem-budget 50%: usage error (the budget is shared, not one model's)", r.stderr)
     test_budget(REF_GGUF)
     test_num_ctx()
+    test_bench_serve()
     print("1..%d" % n_test)
     sys.exit(1 if n_fail else 0)
 

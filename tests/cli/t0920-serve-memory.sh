@@ -11,7 +11,8 @@
 #     same temperature-0 text), and without that room it is 503 with
 #     Retry-After until they are idle; keep_alive 0 frees the room at once;
 #   - num_ctx: generation stops at the window (done_reason "length"), a
-#     prompt that fills it is 400, num_ctx is capped at -c.
+#     prompt that fills it is 400, num_ctx is capped at -c;
+#   - scripts/bench-serve runs and prints its tables (no timing judged).
 . "$top_srcdir/tests/cli/lib.sh"
 MODEL="$top_srcdir/share/moe-demo.uth"
 export MOE_STORE="$T/store" HF_HOME="$T/hf" XDG_CACHE_HOME="$T/xdg" HF_HUB_OFFLINE=1
