@@ -23,7 +23,7 @@ int moe_kv_init(moe_engine *eng, int n_tokens, int block_tokens, moe_error *e)
 	kv->block_tokens = block_tokens;
 	kv->n_blocks = (n_tokens + block_tokens - 1) / block_tokens;
 	uint64_t lb, bb, total;
-	if (!moe_mul_u64(2ull * block_tokens, eng->kv_row_bytes, &lb) ||
+	if (!moe_mul_u64((uint64_t)eng->kv_rows * block_tokens, eng->kv_row_bytes, &lb) ||
 	    !moe_mul_u64(lb, hp->n_layer, &bb) || !moe_mul_u64(bb, (uint64_t)kv->n_blocks, &total) ||
 	    total > SIZE_MAX / 2)
 		return moe_err(e, MOE_ERANGE, "KV pool of %d tokens is too large", n_tokens);

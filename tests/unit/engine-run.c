@@ -1,11 +1,11 @@
 /* engine-run — test helper: run the engine on token ids.
  *
- *   engine-run MODEL.uth "ID ID ..." N_GREEDY [BATCH] > out.txt
+ *   engine-run MODEL.uth "ID ID ..." N_GREEDY [BATCH [KV_TYPE]] > out.txt
  *
  * Prints line 1: the logits of the last prompt position (space separated,
- * %.9g); line 2: N_GREEDY greedily generated ids.  BATCH (default 256) sets
- * the prefill batch size, so tests can compare batched and token-by-token
- * prefill. */
+ * %.9g); line 2: N_GREEDY greedily generated ids.  BATCH (default 256; 0:
+ * the default) sets the prefill batch size, so tests can compare batched
+ * and token-by-token prefill; KV_TYPE the cache type (f16, q8_0). */
 #include "engine.h"
 
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
-		fprintf(stderr, "usage: engine-run MODEL \"IDS\" N_GREEDY [BATCH]\n");
+		fprintf(stderr, "usage: engine-run MODEL \"IDS\" N_GREEDY [BATCH [KV_TYPE]]\n");
 		return 2;
 	}
 	moe_error e = {0};
@@ -33,7 +33,8 @@ int main(int argc, char **argv)
 	}
 	int n_greedy = atoi(argv[3]);
 	moe_engine_params ep = {.kv_size = (int)n + n_greedy + 1,
-				.n_batch = argc > 4 ? atoi(argv[4]) : 0};
+				.n_batch = argc > 4 ? atoi(argv[4]) : 0,
+				.kv_type = argc > 5 && !strcmp(argv[5], "q8_0") ? MOE_Q8_0 : MOE_F16};
 	moe_engine *eng;
 	moe_seq *c;
 	if (moe_engine_new(&eng, m, &ep, &e) < 0 || moe_seq_new(&c, eng, &e) < 0) {
