@@ -54,6 +54,9 @@ typedef struct moe_engine_params {
 			  * (0: the model's training context, at most 4096) */
 	int kv_type;     /* MOE_F16 (also when 0) or MOE_Q8_0 */
 	int kv_block;    /* tokens per KV block (0: 64) */
+	bool kv_keep_all; /* sliding-window layers keep every position, as the
+			   * other layers do, instead of their window only
+			   * (same results; for comparisons) */
 	moe_expert_store *experts; /* NULL: the model's resident store */
 } moe_engine_params;
 
@@ -83,6 +86,13 @@ typedef struct moe_kv_stats {
 	int peak_used;     /* most blocks used at once */
 	size_t block_bytes;
 	uint64_t n_shared_tokens; /* prompt tokens reused from the pool so far */
+	/* Sliding-window layers whose rows live in window slots (0: none;
+	 * then block_bytes covers every layer, else the other layers only):
+	 * slots held now, most held at once, bytes of one (block_tokens
+	 * positions of those layers).  KV memory in use = n_used * block_bytes
+	 * + n_win_used * win_slot_bytes. */
+	int n_win_layers, n_win_used, peak_win_used;
+	size_t win_slot_bytes;
 } moe_kv_stats;
 void moe_engine_kv_stats(const moe_engine *eng, moe_kv_stats *out);
 
@@ -124,7 +134,9 @@ void moe_seq_free(moe_seq *s);
 int moe_seq_pos(const moe_seq *s);
 const int32_t *moe_seq_tokens(const moe_seq *s);
 /* Forget everything from position pos on (a chat rewind); blocks past it go
- * back to the pool. */
+ * back to the pool.  With sliding-window layers whose rows before pos's
+ * window were given back (moe_kv_stats), the sequence starts again from 0:
+ * read moe_seq_pos() after it. */
 void moe_seq_truncate(moe_seq *s, int pos);
 /* Prefix sharing: on an empty sequence, take the pool's blocks that already
  * hold ids[0..) (whole blocks, same tokens from position 0), without
@@ -135,7 +147,9 @@ int moe_seq_share_prefix(moe_seq *s, const int32_t *ids, size_t n);
 /* Prompt cache files (moe-run(1), PROMPT CACHE FILES): save the KV state of
  * the first n_tokens positions with their token ids, zstd-compressed and
  * XXH3-checked, tied to the model file and the KV type; written atomically.
- * Returns 0, MOE_EINVAL, MOE_EIO or MOE_ENOMEM. */
+ * Returns 0, MOE_EINVAL, MOE_EIO or MOE_ENOMEM; MOE_EUNSUPPORTED (nothing
+ * written) when sliding-window layers have given back rows of those
+ * positions (the sequence went more than a window past them). */
 int moe_seq_save(moe_seq *s, int n_tokens, const char *path, moe_error *e);
 /* Load into an empty sequence the cached positions that prompt[0..n)
  * starts with (at least one prompt token is left to evaluate); *n_loaded

@@ -28,6 +28,9 @@ EXTRA_DIST += tests/cli/t0415-engine-longrope.sh
 # Issue 14: deepseek2 (latent attention, DeepSeek's routers) against the reference.
 TESTS += tests/cli/t0412-engine-deepseek2.sh
 EXTRA_DIST += tests/cli/t0412-engine-deepseek2.sh
+# Issue 14: gpt-oss's sliding layers keep their window only (kv.c).
+TESTS += tests/cli/t0435-engine-window.sh
+EXTRA_DIST += tests/cli/t0435-engine-window.sh
 
 # Fuzz target (configure --enable-fuzz, CC=clang): request parsing, as
 # moe-run --jsonl and moe-serve take it; seeds in tests/fuzz/request.

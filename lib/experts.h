@@ -49,6 +49,8 @@ typedef struct moe_experts_params {
 	bool buffered;          /* do not try O_DIRECT */
 	bool no_uring;          /* synchronous pread instead of io_uring */
 	bool no_prefetch;       /* ignore the router lookahead's hints */
+	bool no_overlap;        /* no acquire_start/acquire_wait: the engine waits for
+				 * every expert of a layer before computing any (for comparison) */
 	const char *profile;    /* moe-bench --expert-stats JSON: warm start + pin, or NULL */
 	double pin_fraction;    /* of the cache pinned with the profile's hottest (0: none) */
 } moe_experts_params;
@@ -66,6 +68,9 @@ typedef struct moe_experts_stats {
 	uint64_t prefetch_used;       /* ... whose expert was acquired before eviction */
 	uint64_t predicted, predicted_right; /* lookahead predictions; how many were chosen */
 	double io_wait;               /* seconds acquire spent blocked on the disk */
+	uint64_t overlapped;          /* experts handed over while reads of the same
+				       * acquire were still in flight: their math
+				       * overlapped that I/O */
 } moe_experts_stats;
 
 /* Open a streamed store over the model's file.  MOE_EINVAL for a budget
@@ -86,6 +91,11 @@ void moe_experts_reset_stats(moe_expert_store *s);
  * The environment variable MOE_TEST_IO_FAULT=eio:N or short:N does the same
  * for every store opened (for the command-line tests). */
 void moe_experts_inject_fault(moe_expert_store *s, int kind, uint64_t nth);
+/* Test hook (trickle): from now on, reads of acquired experts are handed
+ * over one at a time, the last requested first, each after `usec`
+ * microseconds (0: off), as from a slow disk.  The environment variable
+ * MOE_TEST_IO_TRICKLE=USEC does the same for every store opened. */
+void moe_experts_inject_trickle(moe_expert_store *s, uint64_t usec);
 /* Drop every unpinned cached expert (benchmarks: a cold start). */
 void moe_experts_drop(moe_expert_store *s);
 

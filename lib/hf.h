@@ -50,6 +50,8 @@ typedef struct moe_archive moe_archive;
 typedef struct moe_hf_tensor {
 	const char *name;
 	int dtype;          /* moe_dtype: F32, F16, BF16, F64, I8, I16, I32, I64 */
+	bool u8;            /* safetensors U8 (dtype is then MOE_I8, for the size):
+			     * raw bytes, e.g. gpt-oss's MXFP4 blocks and scales */
 	uint32_t n_dims;    /* 0..4 (0 = scalar) */
 	uint64_t shape[4];  /* as in safetensors: slowest-varying first; unused = 1 */
 	uint32_t shard;     /* index into moe_hf.shards */

@@ -111,6 +111,21 @@ struct moe_expert_store {
 	 * probably ask for ids[0..n) soon (router lookahead); a streaming store
 	 * starts the missing reads and returns at once.  Never fails. */
 	void (*prefetch)(moe_expert_store *s, int layer, const int32_t *ids, int n);
+	/* Optional (NULL: the engine calls acquire): acquire in two halves so
+	 * that the engine computes experts in the order they arrive.
+	 * acquire_start takes every expert of ids[0..n) as acquire does (none
+	 * is evicted before release) and starts the reads of the missing ones,
+	 * all at once, without waiting.  out[0..n) must come zeroed: it fills
+	 * out[i] for each expert already in memory, writes those i to ready[]
+	 * and returns how many.  acquire_wait blocks until at least one expert
+	 * whose out[i].gate is still NULL is in memory, fills it (and any other
+	 * that arrived meanwhile), writes the i to ready[] and returns how many
+	 * (0 once none is missing).  On error (< 0, e filled) either half has
+	 * given back every expert of ids: no release. */
+	int (*acquire_start)(moe_expert_store *s, int layer, const int32_t *ids, int n,
+			     moe_expert *out, int *ready, moe_error *e);
+	int (*acquire_wait)(moe_expert_store *s, int layer, const int32_t *ids, int n,
+			    moe_expert *out, int *ready, moe_error *e);
 };
 
 /* The store that serves the model's own mapped weights (never fails).  It

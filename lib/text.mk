@@ -4,7 +4,7 @@ noinst_HEADERS += lib/text.h lib/text/text_int.h
 lib_libmoecore_a_SOURCES += lib/text/utf8.c lib/text/vocab.c lib/text/vocab_uth.c \
 	lib/text/vocab_hf.c lib/text/tokenizer.c lib/text/spm.c lib/text/bpe.c \
 	lib/text/chat.c lib/text/chat_apply.c lib/text/jinja_int.h lib/text/jinja_parse.c \
-	lib/text/jinja_eval.c lib/text/jinja_lib.c lib/text/pretok.c lib/text/normalize.c \
+	lib/text/jinja_eval.c lib/text/jinja_lib.c lib/text/jinja_fmt.c lib/text/pretok.c lib/text/normalize.c \
 	lib/text/unigram.c
 lib_libmoecore_a_CFLAGS += $(UTF8PROC_CFLAGS)
 MOE_LIBS += $(UTF8PROC_LIBS)
@@ -22,6 +22,7 @@ EXTRA_DIST += tests/unit/tokenizer-corpus.txt tests/unit/vocab-to-hf.py \
 	tests/golden/chat/phi3.txt tests/golden/chat/tulu.txt \
 	tests/golden/chat/deepseek.txt tests/golden/chat/deepseek3.txt \
 	tests/golden/chat/templates tests/golden/chat/conversations tests/golden/chat/render \
+	tests/golden/chat/filters.jsonl \
 	scripts/gen-chat-goldens scripts/gen-tokenizer-vectors tests/golden/tokenizer
 
 # Fuzz target (configure --enable-fuzz, CC=clang): chat templates; seeds in

@@ -695,8 +695,14 @@ static int generate(run_model *m, const moe_req_params *rp, const char *prompt, 
 	moe_req_free(r);
 	/* save the prompt's state unless the file already had all of it */
 	if (rc == 0 && m->prompt_cache && (size_t)cached + 1 < n &&
-	    moe_seq_pos(seq) >= (int)n && (rc = moe_seq_save(seq, (int)n, m->prompt_cache, e)) < 0)
+	    moe_seq_pos(seq) >= (int)n && (rc = moe_seq_save(seq, (int)n, m->prompt_cache, e)) < 0) {
+		/* a sliding window passed: the answer stands, the file is not written */
+		if (rc == MOE_EUNSUPPORTED) {
+			fprintf(stderr, "%s: warning: --prompt-cache: %s\n", cli_prog(), e->msg);
+			return 0;
+		}
 		moe_err_prefix(e, "--prompt-cache");
+	}
 	return rc;
 }
 

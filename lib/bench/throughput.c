@@ -338,7 +338,8 @@ int moe_bench_batched_run(const moe_model *m, const moe_batched_test *t, moe_bat
 	row->n_kv = (int)kv;
 	row->kv_block = ks.block_tokens;
 	row->kv_peak_blocks = ks.peak_used;
-	row->kv_peak_bytes = (uint64_t)ks.peak_used * ks.block_bytes;
+	row->kv_peak_bytes = (uint64_t)ks.peak_used * ks.block_bytes +
+			     (uint64_t)ks.peak_win_used * ks.win_slot_bytes;
 	free(logits);
 	free(toks);
 	moe_engine_free(eng);

@@ -54,6 +54,17 @@ typedef struct plan_tensor {
 	bool gather;
 	uint64_t g_stride[3], g_base, g_count;
 	float *g_src;
+	/* MXFP4 from HF (gpt-oss): one expert's slice of a blocks tensor
+	 * (src_off: rows of in/32 x 16 bytes, two elements a byte, element 2m
+	 * in the low nibble of byte m) and of its scales tensor (mx_scale_off:
+	 * one exponent byte per 32 elements); output row r is slice row
+	 * mx_mul r + mx_add, repacked into GGUF's block (exponent, then element
+	 * j in the low and j + 16 in the high nibble of qs[j]).  The slice is
+	 * read once, freed when the tensor's last byte is produced. */
+	bool mx;
+	moe_src *mx_scale_src;
+	uint64_t mx_scale_off, mx_mul, mx_add, mx_rows;
+	uint8_t *mx_blocks, *mx_scales;
 } plan_tensor;
 
 typedef struct plan {
@@ -88,6 +99,8 @@ static void plan_free(plan *p)
 		free(p->t[i].row);
 		free(p->t[i].fbuf);
 		free(p->t[i].g_src);
+		free(p->t[i].mx_blocks);
+		free(p->t[i].mx_scales);
 	}
 	for (size_t i = 0; i < p->n_mem_src; i++)
 		moe_src_close(p->mem_src[i]);
@@ -154,10 +167,38 @@ static int gather_row(plan_tensor *t, uint64_t r, moe_error *e)
 	return 0;
 }
 
+/* Output row r of an MXFP4 repack (see plan_tensor) into t->row. */
+static int mx_row(plan_tensor *t, uint64_t r, moe_error *e)
+{
+	uint64_t nb = t->row_elems / 32;
+	if (!t->mx_blocks) {
+		t->mx_blocks = malloc(t->mx_rows * nb * 16);
+		t->mx_scales = malloc(t->mx_rows * nb);
+		if (!t->mx_blocks || !t->mx_scales)
+			return moe_err(e, MOE_ENOMEM, "out of memory converting '%s'", t->name);
+		MOE_TRY(moe_src_read(t->src, t->src_off, t->mx_blocks, (size_t)(t->mx_rows * nb * 16), e));
+		MOE_TRY(moe_src_read(t->mx_scale_src, t->mx_scale_off, t->mx_scales,
+				     (size_t)(t->mx_rows * nb), e));
+	}
+	uint64_t sr = t->mx_mul * r + t->mx_add;
+	const uint8_t *hb = t->mx_blocks + sr * nb * 16, *sc = t->mx_scales + sr * nb;
+	for (uint64_t b = 0; b < nb; b++) {
+		uint8_t code[32], *out = t->row + b * 17;
+		for (int m = 0; m < 16; m++) {
+			code[2 * m] = hb[b * 16 + (uint64_t)m] & 0xF;
+			code[2 * m + 1] = hb[b * 16 + (uint64_t)m] >> 4;
+		}
+		out[0] = sc[b];
+		for (int j = 0; j < 16; j++)
+			out[1 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
+	}
+	return 0;
+}
+
 static int plan_fill(void *ctx, uint64_t off, void *buf, size_t n, moe_error *e)
 {
 	plan_tensor *t = ctx;
-	if (t->gather) {
+	if (t->gather || t->mx) {
 		uint64_t out_row;
 		MOE_TRY(moe_type_nbytes(t->desc.dtype, t->row_elems, &out_row, e));
 		if (!t->row) {
@@ -170,7 +211,7 @@ static int plan_fill(void *ctx, uint64_t off, void *buf, size_t n, moe_error *e)
 		while (n > 0) {
 			uint64_t r = off / out_row, within = off % out_row;
 			if ((int64_t)r != t->row_idx) {
-				MOE_TRY(gather_row(t, r, e));
+				MOE_TRY(t->mx ? mx_row(t, r, e) : gather_row(t, r, e));
 				t->row_idx = (int64_t)r;
 			}
 			size_t k = (size_t)(out_row - within) < n ? (size_t)(out_row - within) : n;
@@ -183,7 +224,10 @@ static int plan_fill(void *ctx, uint64_t off, void *buf, size_t n, moe_error *e)
 		 * second pass decodes it again) */
 		if (off == out_row * t->n_rows) {
 			free(t->g_src);
+			free(t->mx_blocks);
+			free(t->mx_scales);
 			t->g_src = NULL;
+			t->mx_blocks = t->mx_scales = NULL;
 			t->row_idx = -1;
 		}
 		return 0;
@@ -484,18 +528,100 @@ bool moe_convert_type_ok(int t)
 	       t == MOE_Q5_0 || t == MOE_Q5_1;
 }
 
+/* gpt-oss's MXFP4 experts as the published checkpoints store them (what
+ * is "oai_gate_up_exps.blocks" or "oai_down_exps.blocks"): U8 blocks
+ * (E, R, C/32, 16) and scales (E, R, C/32), R output rows of C inputs —
+ * gate_up R = 2F (gate rows even, up rows odd) of C = D, down R = D of
+ * C = F — repacked per expert into UTH's MXFP4 (GGUF's block layout), so
+ * that GGUF and HF give the same bytes. */
+static int plan_hf_mxfp4(plan *p, const moe_hf *h, const moe_hparams *hp,
+			 const moe_hf_tensor *ht, int layer, const char *what, moe_error *e)
+{
+	bool gate_up = !strncmp(what, "oai_gate_up", 11);
+	uint64_t E = hp->n_expert, D = hp->n_embd, F = hp->n_ff_exp;
+	uint64_t R = gate_up ? 2 * F : D, C = gate_up ? D : F;
+	/* the scales tensor: the same name with _scales for _blocks */
+	char sname[256];
+	const char *suf = strstr(ht->name, "_blocks");
+	if (!suf || strlen(ht->name) >= sizeof sname)
+		return moe_err(e, MOE_EFORMAT, "%s: tensor '%s': not a _blocks name", p->input,
+			       ht->name);
+	snprintf(sname, sizeof sname, "%.*s_scales%s", (int)(suf - ht->name), ht->name, suf + 7);
+	const moe_hf_tensor *st = NULL;
+	for (uint64_t i = 0; i < h->n_tensors && !st; i++)
+		if (!strcmp(h->tensors[i].name, sname))
+			st = &h->tensors[i];
+	if (!st)
+		return moe_err(e, MOE_EFORMAT, "%s: tensor '%s': its exponents '%s' are missing",
+			       p->input, ht->name, sname);
+	if (C % 32)
+		return moe_err(e, MOE_EFORMAT, "%s: tensor '%s': MXFP4 rows of %llu inputs are not "
+					       "whole blocks of 32", p->input, ht->name,
+			       (unsigned long long)C);
+	const moe_hf_tensor *both[2] = {ht, st};
+	for (int k = 0; k < 2; k++) {
+		const moe_hf_tensor *x = both[k];
+		uint64_t want[4] = {E, R, C / 32, 16};
+		uint32_t dims = k ? 3 : 4;
+		bool ok = x->u8 && x->n_dims == dims;
+		for (uint32_t d = 0; ok && d < dims; d++)
+			ok = x->shape[d] == want[d];
+		if (!ok)
+			return moe_err(e, MOE_EFORMAT, "%s: tensor '%s': expected U8 of shape (%llu, %llu, "
+						       "%llu%s) from num_local_experts, hidden_size and "
+						       "intermediate_size", p->input, x->name,
+				       (unsigned long long)E, (unsigned long long)R,
+				       (unsigned long long)(C / 32), k ? "" : ", 16");
+	}
+	uint64_t nb = C / 32;
+	for (uint64_t x = 0; x < E; x++)
+		for (int part = 0; part < (gate_up ? 2 : 1); part++) {
+			const char *b = !gate_up ? "ffn_down" : part ? "ffn_up" : "ffn_gate";
+			char nm[96];
+			moe_tensor_place pl;
+			snprintf(nm, sizeof nm, "blk.%d.%s.%llu.weight", layer, b, (unsigned long long)x);
+			MOE_TRY(moe_arch_place_canonical(nm, &pl, e));
+			uint64_t ne[4] = {C, gate_up ? F : D, 1, 1};
+			MOE_TRY(plan_add(p, &pl, MOE_MXFP4, 2, ne, ht->src, ht->offset + x * R * nb * 16,
+					 MOE_MXFP4, 0, e));
+			plan_tensor *t = &p->t[p->n - 1];
+			t->mx = true;
+			t->mx_scale_src = st->src;
+			t->mx_scale_off = st->offset + x * R * nb;
+			t->mx_mul = gate_up ? 2 : 1;
+			t->mx_add = (uint64_t)part;
+			t->mx_rows = R;
+		}
+	return 0;
+}
+
 /* gpt-oss's stacked experts (names from moe_arch_map_hf_name, "oai_...";
  * shapes slowest first): gate_up_proj (E, D, 2F) with gate in the even and
  * up in the odd columns, down_proj (E, F, D) — both [in, out], transposed
  * here to rows of inputs — and their biases (E, 2F) interleaved the same
  * way and (E, D); split into one tensor per expert. */
-static int plan_hf_oai(plan *p, const moe_hparams *hp, const moe_hf_tensor *ht, int layer,
-		       const char *what, int want, moe_error *e)
+static int plan_hf_oai(plan *p, const moe_hf *h, const moe_hparams *hp,
+		       const moe_hf_tensor *ht, int layer, const char *what, int want, moe_error *e)
 {
-	if (strstr(what, ".blocks") || strstr(what, ".scales"))
-		return moe_err(e, MOE_EUNSUPPORTED, "%s: tensor '%s': MXFP4 blocks from safetensors "
-						    "are not supported yet (convert the GGUF)",
-			       p->input, ht->name);
+	if (strstr(what, ".blocks"))
+		return plan_hf_mxfp4(p, h, hp, ht, layer, what, e);
+	if (strstr(what, ".scales")) {
+		/* read with their blocks */
+		char bname[256];
+		const char *suf = strstr(ht->name, "_scales");
+		bool found = false;
+		if (suf && strlen(ht->name) < sizeof bname) {
+			snprintf(bname, sizeof bname, "%.*s_blocks%s", (int)(suf - ht->name), ht->name,
+				 suf + 7);
+			for (uint64_t i = 0; i < h->n_tensors && !found; i++)
+				found = !strcmp(h->tensors[i].name, bname);
+		}
+		return found ? 0 : moe_err(e, MOE_EFORMAT, "%s: tensor '%s': MXFP4 exponents "
+							   "without their blocks", p->input, ht->name);
+	}
+	if (ht->u8)
+		return moe_err(e, MOE_EUNSUPPORTED, "%s: tensor '%s': dtype U8 is only read for "
+						    "MXFP4 blocks and scales", p->input, ht->name);
 	bool gate_up = !strncmp(what, "oai_gate_up", 11), bias = strstr(what, ".bias") != NULL;
 	uint64_t E = hp->n_expert, D = hp->n_embd, F = hp->n_ff_exp;
 	uint64_t want_shape[3] = {E, bias ? (gate_up ? 2 * F : D) : gate_up ? D : F,
@@ -606,10 +732,12 @@ static int plan_hf(plan *p, const moe_hf *h, const moe_arch_info *a, const moe_h
 				       p->input, ht->name, a->name);
 		}
 		MOE_TRY(rc);
-		if (!is_float_type(ht->dtype))
+		/* U8: gpt-oss's MXFP4 blocks and scales (plan_hf_oai checks) */
+		bool mx_part = ht->u8 && strstr(pl.name, ".oai_");
+		if (!is_float_type(ht->dtype) && !mx_part)
 			return moe_err(e, MOE_EUNSUPPORTED, "%s: tensor '%s': dtype %s is not a weight "
 							    "type (F32, F16, BF16)",
-				       p->input, ht->name, moe_type_name(ht->dtype));
+				       p->input, ht->name, ht->u8 ? "u8" : moe_type_name(ht->dtype));
 		if (pl.role == MOE_UTH_ROLE_OUTPUT && hp->tied_embeddings)
 			continue;
 		/* safetensors shape is slowest first; UTH/GGUF fastest first. */
@@ -642,7 +770,7 @@ static int plan_hf(plan *p, const moe_hf *h, const moe_arch_info *a, const moe_h
 		}
 		const char *oai = strstr(pl.name, ".oai_");
 		if (oai) {
-			MOE_TRY(plan_hf_oai(p, hp, ht, pl.layer, oai + 1, out_type, e));
+			MOE_TRY(plan_hf_oai(p, h, hp, ht, pl.layer, oai + 1, out_type, e));
 			continue;
 		}
 		if (strstr(pl.name, ".ffn_gate_up_shexp.")) {

@@ -101,7 +101,7 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	eng->kv_head_bytes = (size_t)headb;
 	eng->kv_rows = mla ? 1 : 2;
 	eng->v_trans = !mla && eng->kv_type == MOE_F16;
-	if ((rc = moe_kv_init(eng, kv_size, block, e)) < 0)
+	if ((rc = moe_kv_init(eng, kv_size, block, p->kv_keep_all, e)) < 0)
 		goto fail;
 	if ((rc = moe_pool_create(&eng->pool, eng->n_threads, e)) < 0)
 		goto fail;
@@ -157,6 +157,7 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	    !(eng->active = INTS(nx)) || !(eng->first_of = INTS(nx)) ||
 	    !(eng->count_of = INTS(nx)) ||
 	    !(eng->active_w = moe_arena_alloc(a, nx * sizeof(moe_expert), 64)) ||
+	    !(eng->arrived = moe_arena_alloc(a, nx * sizeof(int), 64)) ||
 	    !(eng->scratch = moe_arena_alloc(a, 3 * eng->scratch_bytes, 64)) ||
 	    !(eng->att_scratch = FLOATS(nth * eng->att_stride)) ||
 	    !(eng->q_scratch = moe_arena_alloc(a, nth * eng->q_bytes, 64)) ||

@@ -21,7 +21,17 @@ typedef struct kv_block {
 	uint32_t parent_gen;
 	uint32_t gen;      /* bumped when the block is recycled */
 	uint64_t stamp;    /* last release, for LRU recycling of cached blocks */
+	int32_t win;       /* its window slot (sliding layers' rows), -1: none or given back */
 } kv_block;
+
+/* A window slot: one block's positions of the sliding-window layers only.
+ * It belongs to one block while that block's rows are in it; sequences
+ * hold it (ref) while the block is within their window (kv.c). */
+typedef struct kv_wslot {
+	int32_t block;     /* the block it belongs to, -1: never used */
+	int32_t ref;       /* sequences that still need these rows */
+	uint64_t stamp;    /* last release */
+} kv_wslot;
 
 typedef struct kv_pool {
 	int n_blocks, block_tokens;
@@ -31,6 +41,17 @@ typedef struct kv_pool {
 	int32_t *tokens;                 /* [n_blocks][block_tokens] ids a block holds */
 	int n_used, peak_used;
 	uint64_t clock, shared_tokens;
+	/* Sliding-window layers (gpt-oss) whose window plus a block is shorter
+	 * than the pool keep their rows in window slots, given back once they
+	 * fall `keep` positions behind a sequence; the blocks hold the other
+	 * layers.  n_win_layers 0: no window slots, every layer in the blocks. */
+	int n_win_layers, keep, window;
+	int32_t *layer_at;               /* [n_layer] index among its kind's layers */
+	bool *layer_win;                 /* [n_layer] rows in window slots */
+	size_t wslot_bytes;              /* one slot: block_tokens x window layers (K + V) */
+	uint8_t *wdata;                  /* [n_blocks][wslot_bytes] */
+	kv_wslot *wslots;                /* [n_blocks] */
+	int n_wused, peak_wused;
 } kv_pool;
 
 struct moe_seq {
@@ -39,6 +60,7 @@ struct moe_seq {
 	int32_t *tokens;      /* [cap] */
 	int32_t *blocks;      /* [max_blocks] block ids, position p in blocks[p / block_tokens] */
 	int n_blocks;
+	int win_lo;           /* it holds the window slots of blocks[win_lo..n_blocks) */
 	int cap;
 	uint64_t mark;        /* the step that last saw it (moe_engine_step) */
 	int step_next;        /* its next position within that step */
@@ -72,6 +94,7 @@ struct moe_engine {
 	int32_t *slot_of;        /* [B*k] (token*k + choice) of each gathered row */
 	int32_t *active;         /* [n_expert] experts with tokens this layer */
 	moe_expert *active_w;    /* [n_expert] their weights (expert store) */
+	int *arrived;            /* [n_expert] indices into active that the store handed over */
 	int32_t *first_of, *count_of; /* [n_expert] where an expert's rows start in order, how many */
 	int32_t *order;          /* [B*k] slots sorted by expert */
 	void *scratch;           /* quantised activations: 3 products' worth */
@@ -123,17 +146,33 @@ struct moe_engine {
 #define EXP_PAR_MAX 16
 
 /* kv.c */
-int moe_kv_init(moe_engine *eng, int n_tokens, int block_tokens, moe_error *e);
+int moe_kv_init(moe_engine *eng, int n_tokens, int block_tokens, bool keep_all, moe_error *e);
 void moe_kv_free(moe_engine *eng);
 /* Make sure positions [s->n_pos, upto) have private, writable blocks.
  * MOE_ERANGE when the pool is out of blocks. */
 int moe_kv_reserve(moe_seq *s, int upto, moe_error *e);
-/* Mark blocks filled up to n_pos as cached (called after a step). */
+/* Mark blocks filled up to n_pos as cached (called after a step) and give
+ * back the window slots that fell behind. */
 void moe_kv_seal(moe_seq *s);
+/* Whether every sliding-window row of positions [0, n) is still held. */
+bool moe_kv_window_whole(const moe_seq *s, int n);
 /* Addresses in the pool */
 static inline uint8_t *moe_kv_k(const moe_engine *eng, int block, int layer)
 {
-	return eng->kv.data + (size_t)block * eng->kv.block_bytes + (size_t)layer * eng->kv.layer_bytes;
+	const kv_pool *kv = &eng->kv;
+	if (kv->layer_win[layer])
+		return kv->wdata + (size_t)kv->blocks[block].win * kv->wslot_bytes +
+		       (size_t)kv->layer_at[layer] * kv->layer_bytes;
+	return kv->data + (size_t)block * kv->block_bytes + (size_t)kv->layer_at[layer] * kv->layer_bytes;
+}
+/* First position a query at pos reads in layer il: its window's first
+ * block on sliding layers (rows before the window may have been given
+ * back), else 0; keys before the window itself still take no weight. */
+static inline int moe_kv_first(const moe_engine *eng, int layer, int pos)
+{
+	const kv_pool *kv = &eng->kv;
+	int lo = kv->layer_win[layer] ? pos + 1 - kv->window : 0;
+	return lo > 0 ? lo / kv->block_tokens * kv->block_tokens : 0;
 }
 static inline uint8_t *moe_kv_v(const moe_engine *eng, int block, int layer)
 {

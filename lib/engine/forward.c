@@ -243,9 +243,12 @@ static void attn_worker(void *arg, int ith, int nth)
 		}
 		size_t koff = (size_t)g * eng->kv_head_bytes;
 		float mx = -FLT_MAX;
-		/* sliding-window layers (gpt-oss): keys before p0 take no weight */
+		/* sliding-window layers (gpt-oss): keys before p0 take no weight;
+		 * reading starts at pf, p0's block when the cache keeps the
+		 * window only (its earlier rows may be given back, kv.c) */
 		int p0 = slide && n_pos > (int)hp->sliding_window ? n_pos - (int)hp->sliding_window : 0;
-		for (int p = 0; p < n_pos; p++) {
+		int pf = moe_kv_first(eng, j->il, n_pos - 1);
+		for (int p = pf; p < n_pos; p++) {
 			if (p < p0) {
 				scores[p] = -INFINITY;
 				continue;
@@ -262,15 +265,15 @@ static void attn_worker(void *arg, int ith, int nth)
 		if (sink)
 			mx = sink[h] > mx ? sink[h] : mx;
 		double sum = sink ? expf(sink[h] - mx) : 0;
-		for (int p = 0; p < n_pos; p++)
+		for (int p = pf; p < n_pos; p++)
 			sum += (scores[p] = expf(scores[p] - mx));
 		float inv = (float)(1.0 / sum);
-		for (int p = 0; p < n_pos; p++)
+		for (int p = pf; p < n_pos; p++)
 			scores[p] *= inv;
 		float *o = eng->att + (int64_t)t * H * hdv + (int64_t)h * hdv;
 		memset(o, 0, (size_t)hdv * sizeof *o);
 		if (eng->v_trans) {
-			for (int b0 = 0; b0 < n_pos; b0 += bt) {
+			for (int b0 = pf; b0 < n_pos; b0 += bt) {
 				int nb = n_pos - b0 < bt ? n_pos - b0 : bt;
 				const uint16_t *vt = (const uint16_t *)moe_kv_v(eng, s->blocks[b0 / bt], j->il) +
 						     (size_t)g * hdv * bt;
@@ -282,7 +285,7 @@ static void attn_worker(void *arg, int ith, int nth)
 			}
 		} else {
 			size_t voff = (size_t)g * eng->kv_head_bytes; /* hdv == hd (load.c) */
-			for (int p = 0; p < n_pos; p++) {
+			for (int p = pf; p < n_pos; p++) {
 				const uint8_t *vb = moe_kv_v(eng, s->blocks[p / bt], j->il);
 				row_to_float(eng, eng->kv_type, vb + (size_t)(p % bt) * rowb + voff, vrow, hdv);
 				for (int d = 0; d < hdv; d++)
@@ -587,8 +590,9 @@ static void scatter_rows(moe_engine *eng, int a, const float *down)
 
 typedef struct {
 	moe_engine *eng;
-	int n_active;
-	atomic_int next;   /* the next expert to take */
+	const int *which;  /* [n] indices into eng->active to compute */
+	int n;
+	atomic_int next;   /* the next of which[] to take */
 	int il;
 } expert_job;
 
@@ -606,7 +610,8 @@ static void expert_worker(void *arg, int ith, int nth)
 	float *de = xe + EXP_PAR_MAX * E, *g = de + EXP_PAR_MAX * E, *u = g + EXP_PAR_MAX * ff;
 	void *scr = eng->par_scratch + (size_t)ith * eng->par_scratch_bytes;
 	(void)nth;
-	for (int a; (a = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_active;) {
+	for (int w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n;) {
+		int a = j->which[w];
 		const moe_expert *x = &eng->active_w[a];
 		int m = eng->count_of[a];
 		gather_rows(eng, a, xe);
@@ -653,6 +658,63 @@ static void lookahead(moe_engine *eng, int il, int B)
 	eng->experts->prefetch(eng->experts, il + 1, ids, n);
 }
 
+/* Experts which[0..n) of the layer (indices into eng->active), each writing
+ * only its own rows of expert_out. */
+static void compute_experts(moe_engine *eng, int il, int B, const int *which, int n)
+{
+	if (B <= EXP_PAR_MAX && !eng->observe_fn) {
+		expert_job j = {eng, which, n, 0, il};
+		moe_pool_run(eng->pool, expert_worker, &j);
+		return;
+	}
+	/* each expert over all threads, for the tokens routed to it */
+	for (int w = 0; w < n; w++) {
+		int a = which[w];
+		const moe_expert *x = &eng->active_w[a];
+		gather_rows(eng, a, eng->expert_in);
+		swiglu_ffn(eng, il, eng->active[a], x->gate, x->up, x->down, eng->expert_in,
+			   eng->count_of[a], eng->down_out);
+		scatter_rows(eng, a, eng->down_out);
+	}
+}
+
+/* The seam: ask the store for every chosen expert at once, then compute
+ * each one as soon as it is in memory — the resident ones first, then the
+ * missing ones in the order their reads complete, so the disk reads the
+ * next experts while the CPU runs the current ones (double buffering).  An
+ * expert writes only its own rows of expert_out and moe_ffn sums a token's
+ * experts in the order it chose them, so the order in which experts are
+ * computed does not change a bit of the result. */
+static int run_experts(moe_engine *eng, int il, int B, int n_active, moe_error *e)
+{
+	moe_expert_store *xs = eng->experts;
+	int *arrived = eng->arrived;
+	int n;
+	if (xs->acquire_start) {
+		memset(eng->active_w, 0, (size_t)n_active * sizeof *eng->active_w);
+		n = xs->acquire_start(xs, il, eng->active, n_active, eng->active_w, arrived, e);
+	} else {
+		n = xs->acquire(xs, il, eng->active, n_active, eng->active_w, e);
+		for (int a = 0; a < n_active; a++)
+			arrived[a] = a;
+		n = n < 0 ? n : n_active;
+	}
+	if (n < 0)
+		return n;
+	if (xs->prefetch)
+		lookahead(eng, il, B);
+	for (int done = 0;;) {
+		if (n)
+			compute_experts(eng, il, B, arrived, n);
+		if ((done += n) >= n_active)
+			break;
+		if ((n = xs->acquire_wait(xs, il, eng->active, n_active, eng->active_w, arrived, e)) <= 0)
+			return n < 0 ? n : moe_err(e, MOE_EINTERNAL, "the expert store lost an expert");
+	}
+	xs->release(xs, il, eng->active, n_active);
+	return 0;
+}
+
 static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
 {
 	const moe_hparams *hp = &eng->m->hp;
@@ -661,25 +723,7 @@ static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
 	int k = (int)hp->n_expert_used;
 
 	route(eng, il, B);
-	int n_active = group_by_expert(eng, B);
-	/* the seam: the store hands over every chosen expert at once */
-	MOE_TRY(eng->experts->acquire(eng->experts, il, eng->active, n_active, eng->active_w, e));
-	if (eng->experts->prefetch)
-		lookahead(eng, il, B);
-	if (B <= EXP_PAR_MAX && !eng->observe_fn) {
-		expert_job j = {eng, n_active, 0, il};
-		moe_pool_run(eng->pool, expert_worker, &j);
-	} else {
-		/* each expert over all threads, for the tokens routed to it */
-		for (int a = 0; a < n_active; a++) {
-			const moe_expert *x = &eng->active_w[a];
-			gather_rows(eng, a, eng->expert_in);
-			swiglu_ffn(eng, il, eng->active[a], x->gate, x->up, x->down, eng->expert_in,
-				   eng->count_of[a], eng->down_out);
-			scatter_rows(eng, a, eng->down_out);
-		}
-	}
-	eng->experts->release(eng->experts, il, eng->active, n_active);
+	MOE_TRY(run_experts(eng, il, B, group_by_expert(eng, B), e));
 
 	bool shared = L->sh_gate.data != NULL;
 	if (shared) {

@@ -100,6 +100,12 @@ int moe_seq_save(moe_seq *s, int n_tokens, const char *path, moe_error *e)
 	if (n_tokens <= 0 || n_tokens > s->n_pos)
 		return moe_err(e, MOE_EINVAL, "%s: %d tokens to save, the sequence has %d", path,
 			       n_tokens, s->n_pos);
+	/* the file holds every layer's rows from position 0 */
+	if (!moe_kv_window_whole(s, n_tokens))
+		return moe_err(e, MOE_EUNSUPPORTED, "%s: cannot save %d tokens: the sliding-window layers "
+					      "keep only the last %d positions (the rows before were "
+					      "given back); save before the window is passed",
+			       path, n_tokens, eng->kv.keep);
 	uint32_t n = (uint32_t)n_tokens, L = eng->m->hp.n_layer;
 	size_t rb = eng->kv_row_bytes;
 	uint64_t rs = raw_size(eng, n);

@@ -365,6 +365,7 @@ static int admit_one(moe_sched *s)
 		if (keep == r->n_prompt)
 			keep--; /* evaluate the last token again for fresh logits */
 		moe_seq_truncate(q, (int)keep);
+		keep = (size_t)moe_seq_pos(q); /* 0 if a sliding window was given back */
 		r->n_fed = keep ? keep : (size_t)moe_seq_share_prefix(q, r->prompt, r->n_prompt);
 	} else if (moe_seq_new(&r->seq, eng, &err) < 0) {
 		finish_error(s, r, &err);

@@ -28,6 +28,7 @@ typedef struct {
 	uint8_t state;
 	uint8_t fault;        /* enum moe_experts_fault injected into this read */
 	bool pinned, by_prefetch;
+	bool held;            /* trickle test hook: read done, not yet handed over */
 	uint64_t last_use;    /* tick of the last acquire */
 	double freq;          /* decayed use count at last_use */
 	moe_weight w[3];      /* gate, up, down bound into the slot */
@@ -62,6 +63,7 @@ typedef struct {
 	moe_experts_params p;
 	int fault_kind;
 	uint64_t fault_nth, n_issued;
+	uint64_t trickle_us;  /* test hook: see let_one_go */
 	int err;              /* sticky failure */
 	char err_msg[512];
 	moe_experts_stats st;
@@ -191,7 +193,7 @@ static void drop_slot(store *s, size_t i)
 		s->where[sl->key] = -1;
 	sl->key = -1;
 	sl->state = SLOT_EMPTY;
-	sl->by_prefetch = sl->pinned = false;
+	sl->by_prefetch = sl->pinned = sl->held = false;
 	sl->freq = 0;
 }
 
@@ -356,7 +358,10 @@ static void read_done(store *s, size_t i, int64_t res)
 			}
 		}
 	}
-	sl->state = SLOT_READY;
+	if (s->trickle_us && sl->refs)
+		sl->held = true; /* handed over later by let_one_go */
+	else
+		sl->state = SLOT_READY;
 }
 
 /* ------------------------------------------------------------ policy */
@@ -433,8 +438,77 @@ static int check_file(store *s)
 
 /* ------------------------------------------------------------ the seam */
 
-static int st_acquire(moe_expert_store *pub, int layer, const int32_t *ids, int n, moe_expert *out,
-		      moe_error *e)
+/* Give back every expert of ids this caller holds (an acquire that failed). */
+static void give_back(store *s, int32_t base, const int32_t *ids, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int32_t w = s->where[base + ids[i]];
+		if (w >= 0 && s->slots[w].refs > 0)
+			s->slots[w].refs--;
+	}
+}
+
+/* Hand over every expert of ids that is in memory and not yet in out[]
+ * (its index to ready[], when given); returns how many, *pending how many
+ * are still being read. */
+static int collect(store *s, int32_t base, const int32_t *ids, int n, moe_expert *out, int *ready,
+		   int *pending)
+{
+	int r = 0, p = 0;
+	for (int i = 0; i < n && !s->err; i++) {
+		if (out[i].gate)
+			continue;
+		int32_t w = s->where[base + ids[i]];
+		if (w < 0) {
+			fail(s, MOE_EINTERNAL, "expert %d of layer %d lost while loading", ids[i],
+			     base / s->n_expert);
+			break;
+		}
+		slot *sl = &s->slots[w];
+		if (sl->state != SLOT_READY) {
+			p++;
+			continue;
+		}
+		out[i] = (moe_expert){&sl->w[0], &sl->w[1], &sl->w[2]};
+		if (ready)
+			ready[r] = i;
+		r++;
+	}
+	*pending = p;
+	if (p && ready) /* the caller computes these while the rest are read */
+		s->st.overlapped += (uint64_t)r;
+	return r;
+}
+
+/* Test hook (trickle): reads of acquired experts are held back when they
+ * complete and handed over one at a time, the last requested first, after
+ * a delay, as a slow disk would.  True if one was let go. */
+static bool let_one_go(store *s, int32_t base, const int32_t *ids, int n, const moe_expert *out)
+{
+	/* all of them read first, so the order is the hook's, not the disk's */
+	for (int i = 0; i < n; i++) {
+		int32_t w = s->where[base + ids[i]];
+		if (!out[i].gate && w >= 0 && s->slots[w].state == SLOT_LOADING && !s->slots[w].held)
+			return false;
+	}
+	for (int i = n - 1; i >= 0; i--) {
+		int32_t w = s->where[base + ids[i]];
+		if (out[i].gate || w < 0 || !s->slots[w].held)
+			continue;
+		double t0 = moe_time_now();
+		usleep((useconds_t)s->trickle_us);
+		s->st.io_wait += moe_time_now() - t0;
+		s->slots[w].held = false;
+		s->slots[w].state = SLOT_READY;
+		return true;
+	}
+	return false;
+}
+
+/* Take every expert of ids, start the missing reads at once, hand over
+ * those in memory. */
+static int st_acquire_start(moe_expert_store *pub, int layer, const int32_t *ids, int n,
+			    moe_expert *out, int *ready, moe_error *e)
 {
 	store *s = (store *)pub;
 	pthread_mutex_lock(&s->mu);
@@ -444,12 +518,14 @@ static int st_acquire(moe_expert_store *pub, int layer, const int32_t *ids, int 
 		if (s->predicted[base + ids[i]])
 			s->st.predicted_right++;
 	memset(s->predicted + base, 0, (size_t)s->n_expert * sizeof *s->predicted);
-	int got = 0, misses = 0;
+	int misses = 0;
 	/* hits (and reads already in flight) first, so that no victim is one of ours */
 	for (int i = 0; i < n && !s->err; i++) {
 		int32_t w = s->where[base + ids[i]];
-		if (w < 0)
+		if (w < 0) {
+			misses++;
 			continue;
+		}
 		slot *sl = &s->slots[w];
 		s->st.hits++;
 		if (sl->by_prefetch) {
@@ -460,13 +536,9 @@ static int st_acquire(moe_expert_store *pub, int layer, const int32_t *ids, int 
 		sl->refs++;
 		touch(s, sl);
 	}
-	if (!s->err)
-		for (int i = 0; i < n; i++)
-			if (s->where[base + ids[i]] < 0)
-				misses++;
 	if (misses && !s->err)
 		check_file(s);
-	for (int i = 0; i < n && !s->err; i++) {
+	for (int i = 0; i < n && !s->err && misses; i++) {
 		int32_t key = base + ids[i];
 		if (s->where[key] >= 0)
 			continue;
@@ -480,30 +552,64 @@ static int st_acquire(moe_expert_store *pub, int layer, const int32_t *ids, int 
 	}
 	submit(s);
 	s->st.requests += (uint64_t)n;
-	/* wait for every slot of this acquire */
-	for (int i = 0; i < n && !s->err; i++) {
-		int32_t w;
-		while (!s->err && (w = s->where[base + ids[i]]) >= 0 && s->slots[w].state == SLOT_LOADING)
-			reap_one(s, true);
-		if (!s->err && s->where[base + ids[i]] < 0)
-			fail(s, MOE_EINTERNAL, "expert %d of layer %d lost while loading", ids[i], layer);
-		if (s->err)
+	/* completions that are already there cost nothing to take */
+	while (s->uring && s->inflight && !s->err) {
+		unsigned before = s->inflight;
+		reap_one(s, false);
+		if (s->inflight == before)
 			break;
-		slot *sl = &s->slots[s->where[base + ids[i]]];
-		out[got++] = (moe_expert){&sl->w[0], &sl->w[1], &sl->w[2]};
+	}
+	int pending, r = collect(s, base, ids, n, out, ready, &pending);
+	int rc = s->err;
+	if (rc) {
+		give_back(s, base, ids, n);
+		r = moe_err(e, rc, "%s", s->err_msg);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return r;
+}
+
+/* Block until at least one more expert of ids is in memory; hand it over. */
+static int st_acquire_wait(moe_expert_store *pub, int layer, const int32_t *ids, int n,
+			   moe_expert *out, int *ready, moe_error *e)
+{
+	store *s = (store *)pub;
+	pthread_mutex_lock(&s->mu);
+	int32_t base = layer * s->n_expert;
+	int r = 0, pending;
+	while (!s->err) {
+		r = collect(s, base, ids, n, out, ready, &pending);
+		if (r || !pending || s->err)
+			break;
+		if (s->trickle_us && let_one_go(s, base, ids, n, out))
+			continue;
+		if (!s->inflight) {
+			fail(s, MOE_EINTERNAL, "waiting for experts of layer %d with no read in flight",
+			     layer);
+			break;
+		}
+		reap_one(s, true);
 	}
 	int rc = s->err;
 	if (rc) {
-		/* give back what this call took */
-		for (int i = 0; i < n; i++) {
-			int32_t w = s->where[base + ids[i]];
-			if (w >= 0 && s->slots[w].refs > 0 && s->slots[w].last_use == s->tick)
-				s->slots[w].refs--;
-		}
-		moe_err(e, rc, "%s", s->err_msg);
+		give_back(s, base, ids, n);
+		r = moe_err(e, rc, "%s", s->err_msg);
 	}
 	pthread_mutex_unlock(&s->mu);
-	return rc;
+	return r;
+}
+
+/* Both halves at once, for callers that want every expert before computing. */
+static int st_acquire(moe_expert_store *pub, int layer, const int32_t *ids, int n, moe_expert *out,
+		      moe_error *e)
+{
+	memset(out, 0, (size_t)n * sizeof *out);
+	int r = st_acquire_start(pub, layer, ids, n, out, NULL, e);
+	for (int got = r; r >= 0 && got < n; got += r)
+		if ((r = st_acquire_wait(pub, layer, ids, n, out, NULL, e)) == 0)
+			r = moe_err(e, MOE_EINTERNAL, "the expert store lost an expert of layer %d",
+				    layer);
+	return r < 0 ? r : 0;
 }
 
 static void st_release(moe_expert_store *pub, int layer, const int32_t *ids, int n)
@@ -696,6 +802,14 @@ static void env_fault(store *s)
 	s->fault_nth = n;
 }
 
+static void env_trickle(store *s)
+{
+	const char *t = getenv("MOE_TEST_IO_TRICKLE");
+	unsigned long long us;
+	if (t && sscanf(t, "%llu", &us) == 1)
+		s->trickle_us = us;
+}
+
 int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_experts_params *p,
 		     moe_error *e)
 {
@@ -711,11 +825,17 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	s->fd = -1;
 	s->m = m;
 	s->p = *p;
-	s->pub = (moe_expert_store){st_acquire, st_release, s, p->no_prefetch ? NULL : st_prefetch};
+	s->pub = (moe_expert_store){.acquire = st_acquire, .release = st_release, .impl = s,
+				    .prefetch = p->no_prefetch ? NULL : st_prefetch};
+	if (!p->no_overlap) {
+		s->pub.acquire_start = st_acquire_start;
+		s->pub.acquire_wait = st_acquire_wait;
+	}
 	s->n_layer = (int)hp->n_layer;
 	s->n_expert = (int)hp->n_expert;
 	s->half_life = 8.0 * s->n_layer;
 	env_fault(s);
+	env_trickle(s);
 	snprintf(s->path, sizeof s->path, "%s", m->file->path);
 	int rc = 0;
 	size_t nk = (size_t)s->n_layer * (size_t)s->n_expert;
@@ -874,6 +994,14 @@ void moe_experts_inject_fault(moe_expert_store *pub, int kind, uint64_t nth)
 	pthread_mutex_lock(&s->mu);
 	s->fault_kind = kind;
 	s->fault_nth = nth ? s->n_issued + nth : 0;
+	pthread_mutex_unlock(&s->mu);
+}
+
+void moe_experts_inject_trickle(moe_expert_store *pub, uint64_t usec)
+{
+	store *s = (store *)pub;
+	pthread_mutex_lock(&s->mu);
+	s->trickle_us = usec;
 	pthread_mutex_unlock(&s->mu);
 }
 

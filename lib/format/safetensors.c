@@ -24,11 +24,15 @@ static const struct {
 	{ "I8", MOE_I8 },   { "I16", MOE_I16 }, { "I32", MOE_I32 },   { "I64", MOE_I64 },
 };
 
+/* U8 is read as raw bytes (moe_hf_tensor.u8, dtype MOE_I8 for its size):
+ * gpt-oss's MXFP4 expert blocks and exponents are stored so.  Whoever reads
+ * a tensor must check u8 (values above 127 are not I8's). */
+#define ST_U8 "U8"
+
 /* Valid in safetensors but without a moe type: reported as unsupported
- * rather than malformed.  (U8/BOOL are not mapped to I8: values above 127
- * would change meaning.) */
+ * rather than malformed.  (BOOL is not mapped to I8: it is no number.) */
 static const char *const st_unsupported[] = {
-	"U8", "BOOL", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4",
+	"BOOL", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4",
 	"F6_E2M3", "F6_E3M2", "C64",
 };
 
@@ -103,7 +107,8 @@ static int st_entry(const char *name, const char *tname, const json_t *obj, uint
 			       "%s: tensor '%s': data_offsets is not an array of two integers",
 			       name, tname);
 
-	rc = st_dtype(name, tname, json_string_value(dt), e);
+	t->u8 = strcmp(json_string_value(dt), ST_U8) == 0;
+	rc = t->u8 ? MOE_I8 : st_dtype(name, tname, json_string_value(dt), e);
 	if (rc < 0)
 		return rc;
 	t->dtype = rc;

@@ -26,7 +26,7 @@ int moe_model_resident_new(moe_model *m, moe_error *e)
 	m->resident = malloc(sizeof *m->resident);
 	if (!m->resident)
 		return moe_err(e, MOE_ENOMEM, "out of memory");
-	*m->resident = (moe_expert_store){resident_acquire, resident_release, m, NULL};
+	*m->resident = (moe_expert_store){.acquire = resident_acquire, .release = resident_release, .impl = m};
 	return 0;
 }
 

@@ -15,7 +15,8 @@
  *   phi3      <|ROLE|>\nTEXT<|end|>\n ...   gen <|assistant|>\n, else EOS
  *             (Phi-3.5 / Phi-3.5-MoE; an empty system message is left out)
  *   tulu      BOS<|ROLE|>\nTEXT\n ... <|assistant|>\nA EOS\n ...  gen <|assistant|>\n
- *             (OLMoE-Instruct, Tulu; the last assistant turn has no "\n")
+ *             (OLMoE-1B-7B-0924-Instruct's published template: every turn,
+ *             the last included, ends in "\n")
  *   deepseek  BOS S\n\nUser: U\n\nAssistant: A EOS ...   gen Assistant:
  *             (DeepSeek LLM/MoE/V2 chat)
  *   deepseek3 BOS S<｜User｜>U<｜Assistant｜>A EOS ...    gen <｜Assistant｜>
@@ -272,8 +273,7 @@ static int render(moe_chat_template tmpl, const rmsg *m, size_t n, bool gen, con
 				ADD("<|assistant|>\n");
 				ADD(m[i].content);
 				ADD(eos);
-				if (!last)
-					ADD("\n");
+				ADD("\n");
 			}
 			if (last && gen)
 				ADD("<|assistant|>\n");

@@ -203,6 +203,27 @@ jv jv_getattr(jrender *r, const jv *obj, const char *name, size_t n);
 jv jv_getitem(jrender *r, const jv *obj, const jv *key);
 
 /* jinja_lib.c */
+/* A filter's or function's arguments: positional ones (kw[i] NULL) and
+ * keyword ones, fname naming it in messages. */
+typedef struct fargs {
+	jv *v;
+	const char **kw;
+	size_t n;
+	const char *fname;
+} fargs;
+/* Argument `pos` (positional index) or keyword `name`; NULL if absent. */
+jv *jx_arg(jrender *r, const fargs *a, size_t pos, const char *name);
+int64_t jx_want_int(jrender *r, const jv *v, const char *what);
+/* A scratch buffer freed if an error unwinds; closed into a string. */
+moe_sbuf *jx_tmp_open(jrender *r);
+jv jx_tmp_close(jrender *r, moe_sbuf *b);
+/* The code point at byte i (an invalid byte stands for itself); its length. */
+size_t ju_next_cp(const char *s, size_t n, size_t i, uint32_t *cp);
+void ju_add_cp(jrender *r, moe_sbuf *b, uint32_t cp);
+/* str.splitlines(keepends) */
+jv jx_splitlines(jrender *r, const jv *s, bool keepends);
+/* markupsafe.escape: & < > " ' as entities; the result is marked safe. */
+jv jx_html_escape(jrender *r, const jv *s);
 jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, size_t n,
 	     scope *sc);
 bool jx_test(jrender *r, const char *name, const jv *in, jv *args, size_t n);
@@ -210,6 +231,10 @@ bool jx_has_test(const char *name);
 bool jx_has_filter(const char *name);
 jv jx_call_builtin(jrender *r, jfunc *f, jv *args, const char **kw, size_t n);
 bool jx_is_global(const char *name, size_t n);
+
+/* jinja_fmt.c: the formatting filters filesizeformat, pprint, wordwrap
+ * and urlize (true if `name` is one of them and *out was set). */
+bool jx_filter_fmt(jrender *r, const char *name, jv in, const fargs *a, jv *out);
 
 /* jinja_eval.c, used by jinja_lib.c for map/select: call a value. */
 jv jx_call(jrender *r, jv fn, jv *args, const char **kw, size_t n);

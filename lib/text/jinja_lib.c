@@ -26,7 +26,7 @@ bool ju_isspace(uint32_t c)
 	       c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-static size_t next_cp(const char *s, size_t n, size_t i, uint32_t *cp)
+size_t ju_next_cp(const char *s, size_t n, size_t i, uint32_t *cp)
 {
 	size_t l = moe_utf8_valid_len((const unsigned char *)s + i, n - i, cp);
 	if (!l) {
@@ -36,7 +36,7 @@ static size_t next_cp(const char *s, size_t n, size_t i, uint32_t *cp)
 	return l;
 }
 
-static void add_cp(jrender *r, moe_sbuf *b, uint32_t cp)
+void ju_add_cp(jrender *r, moe_sbuf *b, uint32_t cp)
 {
 	char o[4];
 	size_t n;
@@ -68,7 +68,7 @@ static void adds(jrender *r, moe_sbuf *b, const char *s)
 }
 
 /* A scratch buffer that is freed if an error unwinds. */
-static moe_sbuf *tmp_open(jrender *r)
+moe_sbuf *jx_tmp_open(jrender *r)
 {
 	if (r->n_bufs >= sizeof r->bufs / sizeof r->bufs[0])
 		jx_fail(r, MOE_ERANGE, "recursion limit reached");
@@ -76,7 +76,7 @@ static moe_sbuf *tmp_open(jrender *r)
 	return &r->bufs[r->n_bufs++];
 }
 
-static jv tmp_close(jrender *r, moe_sbuf *b)
+jv jx_tmp_close(jrender *r, moe_sbuf *b)
 {
 	jv s = jv_str_copy(r, b->p ? b->p : "", b->len);
 	free(b->p);
@@ -179,7 +179,7 @@ static void str_repr(jrender *r, moe_sbuf *b, const char *s, size_t n)
 	jx_add(r, b, &q, 1);
 	for (size_t i = 0; i < n;) {
 		uint32_t cp;
-		size_t l = next_cp(s, n, i, &cp);
+		size_t l = ju_next_cp(s, n, i, &cp);
 		char esc[16];
 		if (cp == (uint32_t)q || cp == '\\') {
 			esc[0] = '\\';
@@ -269,9 +269,9 @@ jv jv_to_str(jrender *r, const jv *v)
 		return *v;
 	if (v->t == JV_UNDEF)
 		return jv_strn("", 0);
-	moe_sbuf *b = tmp_open(r);
+	moe_sbuf *b = jx_tmp_open(r);
 	jv_str_to(r, b, v);
-	return tmp_close(r, b);
+	return jx_tmp_close(r, b);
 }
 
 static void json_str(jrender *r, moe_sbuf *b, const char *s, size_t n, bool ascii)
@@ -279,7 +279,7 @@ static void json_str(jrender *r, moe_sbuf *b, const char *s, size_t n, bool asci
 	adds(r, b, "\"");
 	for (size_t i = 0; i < n;) {
 		uint32_t cp;
-		size_t l = next_cp(s, n, i, &cp);
+		size_t l = ju_next_cp(s, n, i, &cp);
 		char esc[16];
 		switch (cp) {
 		case '"': adds(r, b, "\\\""); break;
@@ -390,9 +390,9 @@ static void json_value(jrender *r, moe_sbuf *b, const jv *v, const json_fmt *f, 
 				json_str(r, b, k->s, k->n, f->ascii);
 			} else if (k->t == JV_NONE || k->t == JV_BOOL || k->t == JV_INT ||
 				   k->t == JV_FLOAT) {
-				moe_sbuf *t = tmp_open(r);
+				moe_sbuf *t = jx_tmp_open(r);
 				json_value(r, t, k, f, level + 1);
-				jv ks = tmp_close(r, t);
+				jv ks = jx_tmp_close(r, t);
 				json_str(r, b, ks.s, ks.n, f->ascii);
 			} else {
 				jx_fail(r, MOE_EINVAL, "tojson: keys must be str, int, float, bool or "
@@ -429,15 +429,7 @@ void jv_json_to(jrender *r, moe_sbuf *b, const jv *v, int indent, bool sort_keys
 
 /* ------------------------------------------------------------- arguments */
 
-typedef struct fargs {
-	jv *v;
-	const char **kw;
-	size_t n;
-	const char *fname;
-} fargs;
-
-/* Argument `pos` (positional index) or keyword `name`; NULL if absent. */
-static jv *arg(jrender *r, const fargs *a, size_t pos, const char *name)
+jv *jx_arg(jrender *r, const fargs *a, size_t pos, const char *name)
 {
 	size_t p = 0;
 	jv *found = NULL;
@@ -471,7 +463,7 @@ static const char *want_str(jrender *r, const jv *v, const char *what, size_t *n
 	return v->s;
 }
 
-static int64_t want_int(jrender *r, const jv *v, const char *what)
+int64_t jx_want_int(jrender *r, const jv *v, const char *what)
 {
 	if (v->t == JV_INT)
 		return v->i;
@@ -491,12 +483,12 @@ typedef enum { CASE_LOWER, CASE_UPPER, CASE_TITLE, CASE_CAPITALIZE, CASE_SWAP } 
 
 static jv change_case(jrender *r, const jv *s, case_op op)
 {
-	moe_sbuf *b = tmp_open(r);
+	moe_sbuf *b = jx_tmp_open(r);
 	bool prev_cased = false;
 	size_t k = 0;
 	for (size_t i = 0; i < s->n; k++) {
 		uint32_t cp;
-		size_t l = next_cp(s->s, s->n, i, &cp);
+		size_t l = ju_next_cp(s->s, s->n, i, &cp);
 		utf8proc_int32_t c = (utf8proc_int32_t)cp, o = c;
 		switch (op) {
 		case CASE_LOWER: o = utf8proc_tolower(c); break;
@@ -511,28 +503,28 @@ static jv change_case(jrender *r, const jv *s, case_op op)
 		utf8proc_category_t cat = utf8proc_category(c);
 		prev_cased = cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL ||
 			     cat == UTF8PROC_CATEGORY_LT;
-		add_cp(r, b, (uint32_t)o);
+		ju_add_cp(r, b, (uint32_t)o);
 		i += l;
 	}
-	return tmp_close(r, b);
+	return jx_tmp_close(r, b);
 }
 
 /* Jinja's title filter: words start after spaces, -, (, {, [ and <. */
 static jv jinja_title(jrender *r, const jv *s)
 {
-	moe_sbuf *b = tmp_open(r);
+	moe_sbuf *b = jx_tmp_open(r);
 	bool start = true;
 	for (size_t i = 0; i < s->n;) {
 		uint32_t cp;
-		size_t l = next_cp(s->s, s->n, i, &cp);
+		size_t l = ju_next_cp(s->s, s->n, i, &cp);
 		bool sep = ju_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' ||
 			   cp == '<';
 		utf8proc_int32_t c = (utf8proc_int32_t)cp;
-		add_cp(r, b, (uint32_t)(sep ? c : start ? utf8proc_toupper(c) : utf8proc_tolower(c)));
+		ju_add_cp(r, b, (uint32_t)(sep ? c : start ? utf8proc_toupper(c) : utf8proc_tolower(c)));
 		start = sep;
 		i += l;
 	}
-	return tmp_close(r, b);
+	return jx_tmp_close(r, b);
 }
 
 static bool in_chars(uint32_t cp, const jv *chars)
@@ -541,7 +533,7 @@ static bool in_chars(uint32_t cp, const jv *chars)
 		return ju_isspace(cp);
 	for (size_t i = 0; i < chars->n;) {
 		uint32_t c;
-		i += next_cp(chars->s, chars->n, i, &c);
+		i += ju_next_cp(chars->s, chars->n, i, &c);
 		if (c == cp)
 			return true;
 	}
@@ -553,7 +545,7 @@ static jv strip(const jv *s, const jv *chars, bool left, bool right)
 	size_t a = 0, b = s->n;
 	while (left && a < b) {
 		uint32_t cp;
-		size_t l = next_cp(s->s, b, a, &cp);
+		size_t l = ju_next_cp(s->s, b, a, &cp);
 		if (!in_chars(cp, chars))
 			break;
 		a += l;
@@ -563,7 +555,7 @@ static jv strip(const jv *s, const jv *chars, bool left, bool right)
 		while (k > a && ((unsigned char)s->s[k] & 0xC0) == 0x80)
 			k--;
 		uint32_t cp;
-		next_cp(s->s, b, k, &cp);
+		ju_next_cp(s->s, b, k, &cp);
 		if (!in_chars(cp, chars))
 			break;
 		b = k;
@@ -590,7 +582,7 @@ static const char *rfind_sub(const char *h, size_t hn, const char *n, size_t nn)
 
 static jv str_replace(jrender *r, const jv *s, const jv *old, const jv *new, int64_t count)
 {
-	moe_sbuf *b = tmp_open(r);
+	moe_sbuf *b = jx_tmp_open(r);
 	size_t i = 0;
 	int64_t done = 0;
 	if (!old->n) {
@@ -603,11 +595,11 @@ static jv str_replace(jrender *r, const jv *s, const jv *old, const jv *new, int
 			if (i >= s->n)
 				break;
 			uint32_t cp;
-			size_t l = next_cp(s->s, s->n, i, &cp);
+			size_t l = ju_next_cp(s->s, s->n, i, &cp);
 			jx_add(r, b, s->s + i, l);
 			i += l;
 		}
-		return tmp_close(r, b);
+		return jx_tmp_close(r, b);
 	}
 	while (i < s->n && (count < 0 || done < count)) {
 		const char *p = find_sub(s->s + i, s->n - i, old->s, old->n);
@@ -619,7 +611,7 @@ static jv str_replace(jrender *r, const jv *s, const jv *old, const jv *new, int
 		done++;
 	}
 	jx_add(r, b, s->s + i, s->n - i);
-	return tmp_close(r, b);
+	return jx_tmp_close(r, b);
 }
 
 static jv str_split(jrender *r, const jv *s, const jv *sep, int64_t maxsplit, bool from_right)
@@ -665,14 +657,14 @@ static jv str_split(jrender *r, const jv *s, const jv *sep, int64_t maxsplit, bo
 	size_t i = 0;
 	while (i < s->n) {
 		uint32_t cp;
-		size_t l = next_cp(s->s, s->n, i, &cp);
+		size_t l = ju_next_cp(s->s, s->n, i, &cp);
 		if (ju_isspace(cp)) {
 			i += l;
 			continue;
 		}
 		size_t st = i;
 		while (i < s->n) {
-			l = next_cp(s->s, s->n, i, &cp);
+			l = ju_next_cp(s->s, s->n, i, &cp);
 			if (ju_isspace(cp))
 				break;
 			i += l;
@@ -702,13 +694,13 @@ static jv str_split(jrender *r, const jv *s, const jv *sep, int64_t maxsplit, bo
 	return out;
 }
 
-static jv splitlines(jrender *r, const jv *s, bool keepends)
+jv jx_splitlines(jrender *r, const jv *s, bool keepends)
 {
 	jv out = jv_list_new(r, 0);
 	size_t i = 0, st = 0;
 	while (i < s->n) {
 		uint32_t cp;
-		size_t l = next_cp(s->s, s->n, i, &cp);
+		size_t l = ju_next_cp(s->s, s->n, i, &cp);
 		bool br = cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || cp == 0x1C ||
 			  cp == 0x1D || cp == 0x1E || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
 		if (!br) {
@@ -744,13 +736,13 @@ static bool affix(jrender *r, const jv *s, const jv *x, bool end)
 
 static jv join(jrender *r, jlist *items, const jv *sep)
 {
-	moe_sbuf *b = tmp_open(r);
+	moe_sbuf *b = jx_tmp_open(r);
 	for (size_t i = 0; i < items->n; i++) {
 		if (i && sep)
 			jx_add(r, b, sep->s, sep->n);
 		jv_str_to(r, b, &items->v[i]);
 	}
-	return tmp_close(r, b);
+	return jx_tmp_close(r, b);
 }
 
 static bool all_chars(const jv *s, int kind)
@@ -760,7 +752,7 @@ static bool all_chars(const jv *s, int kind)
 	bool cased = false;
 	for (size_t i = 0; i < s->n;) {
 		uint32_t cp;
-		i += next_cp(s->s, s->n, i, &cp);
+		i += ju_next_cp(s->s, s->n, i, &cp);
 		utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
 		bool letter = c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO;
 		bool digit = c == UTF8PROC_CATEGORY_ND;
@@ -807,13 +799,13 @@ static jv pad(jrender *r, const jv *s, int64_t width, const jv *fill, int where)
 		left = total;
 	else /* Python's center: the extra space goes right unless width odd... */
 		left = total / 2 + (total & (size_t)width & 1);
-	moe_sbuf *b = tmp_open(r);
+	moe_sbuf *b = jx_tmp_open(r);
 	for (size_t k = 0; k < left; k++)
 		jx_add(r, b, f, fl);
 	jx_add(r, b, s->s, s->n);
 	for (size_t k = left; k < total; k++)
 		jx_add(r, b, f, fl);
-	return tmp_close(r, b);
+	return jx_tmp_close(r, b);
 }
 
 /* str.format with {} {0} {name} fields (no format specs). */
@@ -843,7 +835,7 @@ static void format_spec_to(jrender *r, moe_sbuf *out, const jv *v, const char *s
 	char align = 0, sign = '-', type = 0, group = 0;
 	bool alt = false, zero = false;
 	uint32_t cp;
-	size_t l0 = next_cp(sp, sn, 0, &cp);
+	size_t l0 = ju_next_cp(sp, sn, 0, &cp);
 	if (l0 < sn && strchr("<>=^", sp[l0])) {
 		fill = sp;
 		fill_n = l0;
@@ -885,7 +877,7 @@ static void format_spec_to(jrender *r, moe_sbuf *out, const jv *v, const char *s
 		fill_n = 1;
 		align = '=';
 	}
-	moe_sbuf *body = tmp_open(r);
+	moe_sbuf *body = jx_tmp_open(r);
 	char sgn[2] = {0}, prefix[3] = {0};
 	bool numeric = v->t == JV_INT || v->t == JV_BOOL || v->t == JV_FLOAT;
 	if (v->t == JV_STR) {
@@ -984,7 +976,7 @@ static void format_spec_to(jrender *r, moe_sbuf *out, const jv *v, const char *s
 	if (align == '=')
 		for (size_t k = 0; k < pad; k++)
 			jx_add(r, out, fill, fill_n);
-	jv bs = tmp_close(r, body);
+	jv bs = jx_tmp_close(r, body);
 	jx_add(r, out, bs.s, bs.n);
 	for (size_t k = 0; k < right; k++)
 		jx_add(r, out, fill, fill_n);
@@ -992,7 +984,7 @@ static void format_spec_to(jrender *r, moe_sbuf *out, const jv *v, const char *s
 
 static jv str_format(jrender *r, const jv *s, const fargs *a)
 {
-	moe_sbuf *b = tmp_open(r);
+	moe_sbuf *b = jx_tmp_open(r);
 	size_t auto_i = 0;
 	for (size_t i = 0; i < s->n; i++) {
 		char c = s->s[i];
@@ -1033,34 +1025,34 @@ static jv str_format(jrender *r, const jv *s, const fargs *a)
 					"supported");
 		jv *v;
 		if (!fl) {
-			v = arg(r, a, auto_i++, NULL);
+			v = jx_arg(r, a, auto_i++, NULL);
 		} else if (isdigit((unsigned char)f[0])) {
-			v = arg(r, a, (size_t)atoi(f), NULL);
+			v = jx_arg(r, a, (size_t)atoi(f), NULL);
 		} else {
 			char *name = jx_strndup(r, f, fl);
-			v = arg(r, a, SIZE_MAX, name);
+			v = jx_arg(r, a, SIZE_MAX, name);
 		}
 		if (!v)
 			jx_fail(r, MOE_EINVAL, "format: missing argument for '{%.*s}'", (int)fl, f);
 		jv cv = *v;
 		if (conv) {
-			moe_sbuf *t = tmp_open(r);
+			moe_sbuf *t = jx_tmp_open(r);
 			if (conv[1] == 'r')
 				jv_repr_to(r, t, v);
 			else
 				jv_str_to(r, t, v);
-			cv = tmp_close(r, t);
+			cv = jx_tmp_close(r, t);
 		}
 		format_spec_to(r, b, &cv, spec ? spec + 1 : "", speclen);
 		i = (size_t)(end - s->s);
 	}
-	return tmp_close(r, b);
+	return jx_tmp_close(r, b);
 }
 
 static jv str_method(jrender *r, const jv *s, const char *m, const fargs *a)
 {
 #define M(x) (strcmp(m, x) == 0)
-	jv *a0 = arg(r, a, 0, NULL), *a1 = arg(r, a, 1, NULL);
+	jv *a0 = jx_arg(r, a, 0, NULL), *a1 = jx_arg(r, a, 1, NULL);
 	if (M("strip") || M("lstrip") || M("rstrip")) {
 		if (a0 && a0->t == JV_NONE)
 			a0 = NULL;
@@ -1070,11 +1062,11 @@ static jv str_method(jrender *r, const jv *s, const char *m, const fargs *a)
 		return strip(s, a0, m[0] != 'r', m[0] != 'l');
 	}
 	if (M("split") || M("rsplit")) {
-		jv *sep = arg(r, a, 0, "sep"), *mx = arg(r, a, 1, "maxsplit");
-		return str_split(r, s, sep, mx ? want_int(r, mx, "maxsplit") : -1, m[0] == 'r');
+		jv *sep = jx_arg(r, a, 0, "sep"), *mx = jx_arg(r, a, 1, "maxsplit");
+		return str_split(r, s, sep, mx ? jx_want_int(r, mx, "maxsplit") : -1, m[0] == 'r');
 	}
 	if (M("splitlines"))
-		return splitlines(r, s, opt_bool(arg(r, a, 0, "keepends"), false));
+		return jx_splitlines(r, s, opt_bool(jx_arg(r, a, 0, "keepends"), false));
 	if (M("startswith") || M("endswith")) {
 		if (!a0)
 			jx_fail(r, MOE_EINVAL, "%s() takes an argument", m);
@@ -1083,8 +1075,8 @@ static jv str_method(jrender *r, const jv *s, const char *m, const fargs *a)
 	if (M("replace")) {
 		if (!a0 || !a1 || a0->t != JV_STR || a1->t != JV_STR)
 			jx_fail(r, MOE_EINVAL, "replace() takes two strings");
-		jv *c = arg(r, a, 2, "count");
-		return str_replace(r, s, a0, a1, c ? want_int(r, c, "count") : -1);
+		jv *c = jx_arg(r, a, 2, "count");
+		return str_replace(r, s, a0, a1, c ? jx_want_int(r, c, "count") : -1);
 	}
 	if (M("lower") || M("casefold"))
 		return change_case(r, s, CASE_LOWER);
@@ -1187,7 +1179,7 @@ static jv str_method(jrender *r, const jv *s, const char *m, const fargs *a)
 	if (M("center") || M("ljust") || M("rjust")) {
 		if (!a0)
 			jx_fail(r, MOE_EINVAL, "%s() takes a width", m);
-		return pad(r, s, want_int(r, a0, "width"), a1, M("ljust") ? -1 : M("rjust") ? 1 : 0);
+		return pad(r, s, jx_want_int(r, a0, "width"), a1, M("ljust") ? -1 : M("rjust") ? 1 : 0);
 	}
 	if (M("zfill")) {
 		if (!a0)
@@ -1195,13 +1187,13 @@ static jv str_method(jrender *r, const jv *s, const char *m, const fargs *a)
 		jv zero = jv_strn("0", 1);
 		if (s->n && (s->s[0] == '-' || s->s[0] == '+')) {
 			jv rest = jv_strn(s->s + 1, s->n - 1);
-			jv p = pad(r, &rest, want_int(r, a0, "width") - 1, &zero, 1);
+			jv p = pad(r, &rest, jx_want_int(r, a0, "width") - 1, &zero, 1);
 			char *o = jx_alloc(r, p.n + 2);
 			o[0] = s->s[0];
 			memcpy(o + 1, p.s, p.n);
 			return jv_strn(o, p.n + 1);
 		}
-		return pad(r, s, want_int(r, a0, "width"), &zero, 1);
+		return pad(r, s, jx_want_int(r, a0, "width"), &zero, 1);
 	}
 	if (M("format"))
 		return str_format(r, s, a);
@@ -1241,7 +1233,7 @@ static jv call_method(jrender *r, jfunc *f, const fargs *a)
 			return l;
 		}
 		if (strcmp(m, "get") == 0) {
-			jv *k = arg(r, a, 0, NULL), *d = arg(r, a, 1, NULL);
+			jv *k = jx_arg(r, a, 0, NULL), *d = jx_arg(r, a, 1, NULL);
 			if (!k)
 				jx_fail(r, MOE_EINVAL, "get() takes a key");
 			jv *p = jdict_find(self->d, *k);
@@ -1256,7 +1248,7 @@ static jv call_method(jrender *r, jfunc *f, const fargs *a)
 	}
 	if (self->t == JV_LIST) {
 		if (strcmp(m, "index") == 0 || strcmp(m, "count") == 0) {
-			jv *x = arg(r, a, 0, NULL);
+			jv *x = jx_arg(r, a, 0, NULL);
 			if (!x)
 				jx_fail(r, MOE_EINVAL, "%s() takes an argument", m);
 			int64_t k = 0;
@@ -1356,12 +1348,12 @@ jv jx_call_builtin(jrender *r, jfunc *f, jv *args, const char **kw, size_t n)
 			jx_fail(r, MOE_EINVAL, "range() takes 1 to 3 integers");
 		int64_t start = 0, stop, st = 1;
 		if (np == 1) {
-			stop = want_int(r, &args[0], "range()");
+			stop = jx_want_int(r, &args[0], "range()");
 		} else {
-			start = want_int(r, &args[0], "range()");
-			stop = want_int(r, &args[1], "range()");
+			start = jx_want_int(r, &args[0], "range()");
+			stop = jx_want_int(r, &args[1], "range()");
 			if (np == 3)
-				st = want_int(r, &args[2], "range()");
+				st = jx_want_int(r, &args[2], "range()");
 		}
 		if (st == 0)
 			jx_fail(r, MOE_EINVAL, "range() arg 3 must not be zero");
@@ -1487,13 +1479,13 @@ bool jx_test(jrender *r, const char *t, const jv *v, jv *args, size_t n)
 	if (T("lower") || T("upper"))
 		return v->t == JV_STR && all_chars(v, t[0] == 'l' ? 'l' : 'u');
 	if (T("odd") || T("even")) {
-		int64_t i = want_int(r, v, t);
+		int64_t i = jx_want_int(r, v, t);
 		return (i % 2 != 0) == (t[0] == 'o');
 	}
 	if (T("divisibleby")) {
 		if (!a0)
 			jx_fail(r, MOE_EINVAL, "divisibleby takes a number");
-		int64_t d = want_int(r, a0, "divisibleby"), i = want_int(r, v, "divisibleby");
+		int64_t d = jx_want_int(r, a0, "divisibleby"), i = jx_want_int(r, v, "divisibleby");
 		if (d == 0)
 			jx_fail(r, MOE_EINVAL, "integer division or modulo by zero");
 		return i % d == 0;
@@ -1643,9 +1635,9 @@ static void sort_by(jrender *r, jv *items, jv *keys, size_t n, bool cs, bool rev
 	}
 }
 
-static jv html_escape(jrender *r, const jv *s)
+jv jx_html_escape(jrender *r, const jv *s)
 {
-	moe_sbuf *b = tmp_open(r);
+	moe_sbuf *b = jx_tmp_open(r);
 	for (size_t i = 0; i < s->n; i++) {
 		switch (s->s[i]) {
 		case '&': adds(r, b, "&amp;"); break;
@@ -1656,7 +1648,7 @@ static jv html_escape(jrender *r, const jv *s)
 		default: jx_add(r, b, s->s + i, 1);
 		}
 	}
-	jv out = tmp_close(r, b);
+	jv out = jx_tmp_close(r, b);
 	out.safe = 1;
 	return out;
 }
@@ -1715,13 +1707,13 @@ static void html_unescape_to(jrender *r, moe_sbuf *b, const char *s, size_t n)
 					"'%.*s' (a Windows-1252 code) is not supported", (int)(k - i),
 					s + i);
 			if (v == 0 || (v >= 0xD800 && v <= 0xDFFF) || v > 0x10FFFF)
-				add_cp(r, b, 0xFFFD);
+				ju_add_cp(r, b, 0xFFFD);
 			else if (v == 0x0D)
 				adds(r, b, "\r");
 			else if (!((v >= 0x1 && v <= 0x8) || v == 0xB || (v >= 0xE && v <= 0x1F) ||
 				   v == 0x7F || (v >= 0xFDD0 && v <= 0xFDEF) ||
 				   (v & 0xFFFF) == 0xFFFE || (v & 0xFFFF) == 0xFFFF))
-				add_cp(r, b, (uint32_t)v);
+				ju_add_cp(r, b, (uint32_t)v);
 			i = k - 1;
 			continue;
 		}
@@ -1740,7 +1732,7 @@ static void html_unescape_to(jrender *r, moe_sbuf *b, const char *s, size_t n)
 		if (m == sizeof named / sizeof named[0])
 			jx_fail(r, MOE_EUNSUPPORTED, "striptags: HTML entity '&%.*s' is not supported",
 				(int)len, s + j);
-		add_cp(r, b, named[m].cp);
+		ju_add_cp(r, b, named[m].cp);
 		i = j + len - 1;
 	}
 }
@@ -1749,7 +1741,7 @@ static void html_unescape_to(jrender *r, moe_sbuf *b, const char *s, size_t n)
  * one space; entities unescaped (markupsafe 2.1). */
 static jv striptags(jrender *r, const jv *s)
 {
-	moe_sbuf *c = tmp_open(r);
+	moe_sbuf *c = jx_tmp_open(r);
 	for (size_t i = 0; i < s->n;) {
 		if (s->n - i >= 4 && memcmp(s->s + i, "<!--", 4) == 0) {
 			const char *e = memmem(s->s + i + 4, s->n - i - 4, "-->", 3);
@@ -1781,14 +1773,14 @@ static jv striptags(jrender *r, const jv *s)
 	bool any = false;
 	for (size_t i = 0; i < nt.n;) {
 		uint32_t cp;
-		size_t l = next_cp(nt.s, nt.n, i, &cp);
+		size_t l = ju_next_cp(nt.s, nt.n, i, &cp);
 		if (ju_isspace(cp)) {
 			i += l;
 			continue;
 		}
 		size_t w = i;
 		while (w < nt.n) {
-			l = next_cp(nt.s, nt.n, w, &cp);
+			l = ju_next_cp(nt.s, nt.n, w, &cp);
 			if (ju_isspace(cp))
 				break;
 			w += l;
@@ -1802,7 +1794,7 @@ static jv striptags(jrender *r, const jv *s)
 	jv joined = jv_str_copy(r, t->p ? t->p : "", t->len);
 	t->len = 0;
 	html_unescape_to(r, t, joined.s, joined.n);
-	return tmp_close(r, t);
+	return jx_tmp_close(r, t);
 }
 
 /* jinja2.utils.url_quote: UTF-8 bytes, unreserved characters kept ("/"
@@ -1829,11 +1821,11 @@ static jv select_items(jrender *r, jv in, const fargs *a, bool attr, bool keep)
 {
 	jlist *items = jv_iter(r, &in);
 	jv out = jv_list_new(r, items->n);
-	jv *path = attr ? arg(r, a, 0, NULL) : NULL;
+	jv *path = attr ? jx_arg(r, a, 0, NULL) : NULL;
 	if (attr && !path)
 		jx_fail(r, MOE_EINVAL, "%s() takes an attribute", a->fname);
 	size_t first = attr ? 1 : 0;
-	jv *tname = arg(r, a, first, NULL);
+	jv *tname = jx_arg(r, a, first, NULL);
 	size_t tn;
 	const char *test = tname ? want_str(r, tname, "test name", &tn) : NULL;
 	char *tz = test ? jx_strndup(r, test, tn) : NULL;
@@ -1856,8 +1848,8 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 	fargs a = {args, kw, n, name};
 #define F(x) (strcmp(name, x) == 0)
 	if (F("default") || F("d")) {
-		jv *def = arg(r, &a, 0, "default_value");
-		bool boolean = opt_bool(arg(r, &a, 1, "boolean"), false);
+		jv *def = jx_arg(r, &a, 0, "default_value");
+		bool boolean = opt_bool(jx_arg(r, &a, 1, "boolean"), false);
 		if (in.t == JV_UNDEF || (boolean && !jv_truthy(&in)))
 			return def ? *def : jv_strn("", 0);
 		return in;
@@ -1872,15 +1864,15 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 	if (F("string"))
 		return in.t == JV_STR ? in : jv_to_str(r, &in);
 	if (F("tojson")) {
-		jv *ind = arg(r, &a, 1, "indent"), *sk = arg(r, &a, 3, "sort_keys");
-		jv *asc = arg(r, &a, 0, "ensure_ascii"), *sep = arg(r, &a, 2, "separators");
+		jv *ind = jx_arg(r, &a, 1, "indent"), *sk = jx_arg(r, &a, 3, "sort_keys");
+		jv *asc = jx_arg(r, &a, 0, "ensure_ascii"), *sep = jx_arg(r, &a, 2, "separators");
 		char indbuf[64];
 		json_fmt f = {NULL, ", ", ": ", opt_bool(sk, false), opt_bool(asc, false)};
 		if (ind && ind->t != JV_NONE) {
 			if (ind->t == JV_STR) {
 				snprintf(indbuf, sizeof indbuf, "%.*s", (int)ind->n, ind->s);
 			} else {
-				int64_t k = want_int(r, ind, "indent");
+				int64_t k = jx_want_int(r, ind, "indent");
 				k = k < 0 ? 0 : k > 63 ? 63 : k;
 				memset(indbuf, ' ', (size_t)k);
 				indbuf[k] = '\0';
@@ -1893,9 +1885,9 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 			f.item_sep = jx_strndup(r, sep->l->v[0].s, sep->l->v[0].n);
 			f.key_sep = jx_strndup(r, sep->l->v[1].s, sep->l->v[1].n);
 		}
-		moe_sbuf *b = tmp_open(r);
+		moe_sbuf *b = jx_tmp_open(r);
 		json_value(r, b, &in, &f, 0);
-		return tmp_close(r, b);
+		return jx_tmp_close(r, b);
 	}
 	if (F("items")) {
 		if (in.t == JV_UNDEF)
@@ -1919,7 +1911,7 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		return F("first") ? l->v[0] : l->v[l->n - 1];
 	}
 	if (F("join")) {
-		jv *sep = arg(r, &a, 0, "d"), *at = arg(r, &a, 1, "attribute");
+		jv *sep = jx_arg(r, &a, 0, "d"), *at = jx_arg(r, &a, 1, "attribute");
 		jlist *l = jv_iter(r, &in);
 		if (at) {
 			jlist *m = jv_list_new(r, l->n).l;
@@ -1933,16 +1925,16 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 	if (F("map")) {
 		jlist *l = jv_iter(r, &in);
 		jv out = jv_list_new(r, l->n);
-		jv *at = arg(r, &a, SIZE_MAX, "attribute");
+		jv *at = jx_arg(r, &a, SIZE_MAX, "attribute");
 		if (at) {
-			jv *def = arg(r, &a, SIZE_MAX, "default");
+			jv *def = jx_arg(r, &a, SIZE_MAX, "default");
 			for (size_t i = 0; i < l->n; i++) {
 				jv x = attr_path(r, l->v[i], at);
 				jlist_push(r, out.l, x.t == JV_UNDEF && def ? *def : x);
 			}
 			return out;
 		}
-		jv *fname = arg(r, &a, 0, NULL);
+		jv *fname = jx_arg(r, &a, 0, NULL);
 		size_t fl;
 		if (!fname)
 			jx_fail(r, MOE_EINVAL, "map() takes a filter name or attribute=");
@@ -1962,8 +1954,8 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		return select_items(r, in, &a, true, F("selectattr"));
 	if (F("unique")) {
 		jlist *l = jv_iter(r, &in);
-		bool cs = opt_bool(arg(r, &a, 0, "case_sensitive"), false);
-		jv *at = arg(r, &a, 1, "attribute");
+		bool cs = opt_bool(jx_arg(r, &a, 0, "case_sensitive"), false);
+		jv *at = jx_arg(r, &a, 1, "attribute");
 		jv out = jv_list_new(r, l->n);
 		jlist *seen = jv_list_new(r, l->n).l;
 		for (size_t i = 0; i < l->n; i++) {
@@ -1990,10 +1982,10 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		} else {
 			l = jv_iter(r, &in);
 		}
-		bool cs = opt_bool(arg(r, &a, dict ? 0 : 1, "case_sensitive"), false);
-		bool rev = opt_bool(arg(r, &a, dict ? 2 : 0, "reverse"), false);
-		jv *at = dict ? NULL : arg(r, &a, 2, "attribute");
-		jv *by = dict ? arg(r, &a, 1, "by") : NULL;
+		bool cs = opt_bool(jx_arg(r, &a, dict ? 0 : 1, "case_sensitive"), false);
+		bool rev = opt_bool(jx_arg(r, &a, dict ? 2 : 0, "reverse"), false);
+		jv *at = dict ? NULL : jx_arg(r, &a, 2, "attribute");
+		jv *by = dict ? jx_arg(r, &a, 1, "by") : NULL;
 		size_t bi = by && by->t == JV_STR && by->n == 5 && memcmp(by->s, "value", 5) == 0;
 		jv out = jv_list_new(r, l->n);
 		jv *keys = jx_alloc(r, (l->n + 1) * sizeof *keys);
@@ -2007,10 +1999,10 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 	if (F("reverse")) {
 		if (in.t == JV_STR) {
 			jlist *c = jv_iter(r, &in);
-			moe_sbuf *b = tmp_open(r);
+			moe_sbuf *b = jx_tmp_open(r);
 			for (size_t i = c->n; i-- > 0;)
 				jx_add(r, b, c->v[i].s, c->v[i].n);
-			return tmp_close(r, b);
+			return jx_tmp_close(r, b);
 		}
 		jlist *l = jv_iter(r, &in);
 		jv out = jv_list_new(r, l->n);
@@ -2020,9 +2012,9 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 	}
 	if (F("sum") || F("max") || F("min")) {
 		jlist *l = jv_iter(r, &in);
-		jv *at = arg(r, &a, F("sum") ? 0 : 1, "attribute");
+		jv *at = jx_arg(r, &a, F("sum") ? 0 : 1, "attribute");
 		if (F("sum")) {
-			jv *start = arg(r, &a, 1, "start");
+			jv *start = jx_arg(r, &a, 1, "start");
 			jv acc = start ? *start : jv_int(0);
 			for (size_t i = 0; i < l->n; i++) {
 				jv x = at ? attr_path(r, l->v[i], at) : l->v[i];
@@ -2038,7 +2030,7 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 			}
 			return acc;
 		}
-		bool cs = opt_bool(arg(r, &a, 0, "case_sensitive"), false);
+		bool cs = opt_bool(jx_arg(r, &a, 0, "case_sensitive"), false);
 		if (!l->n)
 			return jv_undef();
 		size_t best = 0;
@@ -2059,7 +2051,7 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		jx_fail(r, MOE_EINVAL, "bad operand type for abs(): '%s'", jv_type_name(&in));
 	}
 	if (F("int")) {
-		jv *def = arg(r, &a, 0, "default");
+		jv *def = jx_arg(r, &a, 0, "default");
 		jv fallback = def ? *def : jv_int(0);
 		if (in.t == JV_INT)
 			return in;
@@ -2084,7 +2076,7 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		return fallback;
 	}
 	if (F("float")) {
-		jv *def = arg(r, &a, 0, "default");
+		jv *def = jx_arg(r, &a, 0, "default");
 		if (in.t == JV_FLOAT)
 			return in;
 		if (in.t == JV_INT || in.t == JV_BOOL)
@@ -2100,11 +2092,11 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		return def ? *def : jv_float(0.0);
 	}
 	if (F("round")) {
-		jv *prec = arg(r, &a, 0, "precision"), *meth = arg(r, &a, 1, "method");
+		jv *prec = jx_arg(r, &a, 0, "precision"), *meth = jx_arg(r, &a, 1, "method");
 		double x = in.t == JV_FLOAT ? in.f : in.t == JV_INT ? (double)in.i : 0;
 		if (in.t != JV_FLOAT && in.t != JV_INT)
 			jx_fail(r, MOE_EINVAL, "round: not a number");
-		int64_t p = prec ? want_int(r, prec, "precision") : 0;
+		int64_t p = prec ? jx_want_int(r, prec, "precision") : 0;
 		double m = pow(10.0, (double)p);
 		const char *how = meth && meth->t == JV_STR ? meth->s : "common";
 		double y = x * m;
@@ -2117,24 +2109,25 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		return jv_float(y / m);
 	}
 	if (F("attr")) {
-		jv *nm = arg(r, &a, 0, "name");
+		jv *nm = jx_arg(r, &a, 0, "name");
 		size_t l;
 		if (!nm)
 			jx_fail(r, MOE_EINVAL, "attr() takes a name");
 		const char *s = want_str(r, nm, "attribute name", &l);
 		return jv_getattr(r, &in, s, l);
 	}
-	if (F("wordwrap") || F("pprint") || F("filesizeformat") || F("urlize"))
-		/* Jinja filters no chat template is known to use; refused by
-		 * name so a template with them falls back to a built-in format. */
-		jx_fail(r, MOE_EUNSUPPORTED, "filter '%s' is not supported", name);
+	{
+		jv out;
+		if (jx_filter_fmt(r, name, in, &a, &out))
+			return out;
+	}
 	if (F("groupby")) {
 		/* Jinja's do_groupby: sorted by the attribute (case-insensitive
 		 * unless asked), consecutive equal keys grouped; each group a
 		 * (grouper, list) tuple whose grouper is the first item's own
 		 * value. */
-		jv *at = arg(r, &a, 0, "attribute"), *def = arg(r, &a, 1, "default");
-		bool cs = opt_bool(arg(r, &a, 2, "case_sensitive"), false);
+		jv *at = jx_arg(r, &a, 0, "attribute"), *def = jx_arg(r, &a, 1, "default");
+		bool cs = opt_bool(jx_arg(r, &a, 2, "case_sensitive"), false);
 		if (!at)
 			jx_fail(r, MOE_EINVAL, "groupby() takes an attribute");
 		jlist *l = jv_iter(r, &in);
@@ -2172,10 +2165,10 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		return out;
 	}
 	if (F("batch")) {
-		jv *lc = arg(r, &a, 0, "linecount"), *fill = arg(r, &a, 1, "fill_with");
+		jv *lc = jx_arg(r, &a, 0, "linecount"), *fill = jx_arg(r, &a, 1, "fill_with");
 		if (!lc)
 			jx_fail(r, MOE_EINVAL, "batch() takes a line count");
-		int64_t k = want_int(r, lc, "linecount");
+		int64_t k = jx_want_int(r, lc, "linecount");
 		if (k <= 0)
 			jx_fail(r, MOE_EINVAL, "batch: the line count must be positive");
 		jlist *l = jv_iter(r, &in);
@@ -2193,10 +2186,10 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 	if (F("slice")) {
 		/* Jinja's do_slice: `slices` columns, the first len % slices one
 		 * longer; the others padded with fill_with when given. */
-		jv *sl = arg(r, &a, 0, "slices"), *fill = arg(r, &a, 1, "fill_with");
+		jv *sl = jx_arg(r, &a, 0, "slices"), *fill = jx_arg(r, &a, 1, "fill_with");
 		if (!sl)
 			jx_fail(r, MOE_EINVAL, "slice() takes a number of slices");
-		int64_t k = want_int(r, sl, "slices");
+		int64_t k = jx_want_int(r, sl, "slices");
 		if (k <= 0 || k > 1000000)
 			jx_fail(r, MOE_EINVAL, "slice: the number of slices must be in 1..1000000");
 		jlist *l = jv_iter(r, &in);
@@ -2221,10 +2214,10 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		return striptags(r, &sv);
 	}
 	if (F("urlencode")) {
-		moe_sbuf *b = tmp_open(r);
+		moe_sbuf *b = jx_tmp_open(r);
 		if (in.t != JV_LIST && in.t != JV_DICT) {
 			url_quote_to(r, b, &in, false);
-			return tmp_close(r, b);
+			return jx_tmp_close(r, b);
 		}
 		jlist *pairs = in.t == JV_DICT ? dict_items(r, in.d).l : in.l;
 		for (size_t i = 0; i < pairs->n; i++) {
@@ -2237,14 +2230,14 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 			adds(r, b, "=");
 			url_quote_to(r, b, &kv->v[1], true);
 		}
-		return tmp_close(r, b);
+		return jx_tmp_close(r, b);
 	}
 	if (F("xmlattr")) {
-		bool autospace = opt_bool(arg(r, &a, 0, "autospace"), true);
+		bool autospace = opt_bool(jx_arg(r, &a, 0, "autospace"), true);
 		if (in.t != JV_DICT)
 			jx_fail(r, MOE_EINVAL, "xmlattr: '%s' object has no attribute 'items'",
 				jv_type_name(&in));
-		moe_sbuf *b = tmp_open(r);
+		moe_sbuf *b = jx_tmp_open(r);
 		bool any = false;
 		for (size_t i = 0; i < in.d->n; i++) {
 			jv *v = &in.d->v[i];
@@ -2256,20 +2249,20 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 					jx_fail(r, MOE_EINVAL, "Invalid character in attribute name: "
 						"'%.*s'", (int)k.n, k.s);
 			adds(r, b, any || autospace ? " " : "");
-			jv ek = html_escape(r, &k), vs = jv_to_str(r, v), ev = html_escape(r, &vs);
+			jv ek = jx_html_escape(r, &k), vs = jv_to_str(r, v), ev = jx_html_escape(r, &vs);
 			jx_add(r, b, ek.s, ek.n);
 			adds(r, b, "=\"");
 			jx_add(r, b, ev.s, ev.n);
 			adds(r, b, "\"");
 			any = true;
 		}
-		return tmp_close(r, b);
+		return jx_tmp_close(r, b);
 	}
 	if (F("format")) {
 		if (in.t != JV_STR)
 			jx_fail(r, MOE_EINVAL, "format: not a string");
 		/* printf-style %s / %d / %% only. */
-		moe_sbuf *b = tmp_open(r);
+		moe_sbuf *b = jx_tmp_open(r);
 		size_t k = 0;
 		for (size_t i = 0; i < in.n; i++) {
 			if (in.s[i] != '%') {
@@ -2289,17 +2282,17 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 				jv_str_to(r, b, &args[k++]);
 			i++;
 		}
-		return tmp_close(r, b);
+		return jx_tmp_close(r, b);
 	}
 	/* The rest work on the string form. */
 	jv s = need_str(r, &in);
 	if (F("truncate")) {
 		/* Jinja's do_truncate, lengths in code points; leeway 5 (the
 		 * default policy). */
-		jv *ln = arg(r, &a, 0, "length"), *kill = arg(r, &a, 1, "killwords");
-		jv *end = arg(r, &a, 2, "end"), *lee = arg(r, &a, 3, "leeway");
-		int64_t length = ln ? want_int(r, ln, "length") : 255;
-		int64_t leeway = lee && lee->t != JV_NONE ? want_int(r, lee, "leeway") : 5;
+		jv *ln = jx_arg(r, &a, 0, "length"), *kill = jx_arg(r, &a, 1, "killwords");
+		jv *end = jx_arg(r, &a, 2, "end"), *lee = jx_arg(r, &a, 3, "leeway");
+		int64_t length = ln ? jx_want_int(r, ln, "length") : 255;
+		int64_t leeway = lee && lee->t != JV_NONE ? jx_want_int(r, lee, "leeway") : 5;
 		jv ends = end ? need_str(r, end) : jv_strn("...", 3);
 		int64_t elen = (int64_t)ju_len(ends.s, ends.n), slen = (int64_t)ju_len(s.s, s.n);
 		if (length < elen)
@@ -2321,13 +2314,13 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 			if (sp)
 				cut = (size_t)(sp - s.s);
 		}
-		moe_sbuf *b = tmp_open(r);
+		moe_sbuf *b = jx_tmp_open(r);
 		jx_add(r, b, s.s, cut);
 		jx_add(r, b, ends.s, ends.n);
-		return tmp_close(r, b);
+		return jx_tmp_close(r, b);
 	}
 	if (F("trim")) {
-		jv *chars = arg(r, &a, 0, "chars");
+		jv *chars = jx_arg(r, &a, 0, "chars");
 		if (chars && chars->t == JV_NONE)
 			chars = NULL;
 		return strip(&s, chars, true, true);
@@ -2341,22 +2334,22 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 	if (F("title"))
 		return jinja_title(r, &s);
 	if (F("replace")) {
-		jv *o = arg(r, &a, 0, "old"), *nw = arg(r, &a, 1, "new"), *c = arg(r, &a, 2, "count");
+		jv *o = jx_arg(r, &a, 0, "old"), *nw = jx_arg(r, &a, 1, "new"), *c = jx_arg(r, &a, 2, "count");
 		if (!o || !nw)
 			jx_fail(r, MOE_EINVAL, "replace() takes old and new");
 		jv os = need_str(r, o), ns = need_str(r, nw);
 		return str_replace(r, &s, &os, &ns,
-				   c && c->t != JV_NONE ? want_int(r, c, "count") : -1);
+				   c && c->t != JV_NONE ? jx_want_int(r, c, "count") : -1);
 	}
 	if (F("escape") || F("e") || F("forceescape"))
-		return in.safe && !F("forceescape") ? in : html_escape(r, &s);
+		return in.safe && !F("forceescape") ? in : jx_html_escape(r, &s);
 	if (F("wordcount")) {
 		/* Jinja: len(re.findall(r"\w+", s)) */
 		int64_t k = 0;
 		bool inw = false;
 		for (size_t i = 0; i < s.n;) {
 			uint32_t cp;
-			i += next_cp(s.s, s.n, i, &cp);
+			i += ju_next_cp(s.s, s.n, i, &cp);
 			utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
 			bool w = cp == '_' || (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_NO);
 			if (w && !inw)
@@ -2366,18 +2359,18 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		return jv_int(k);
 	}
 	if (F("center")) {
-		jv *w = arg(r, &a, 0, "width");
-		return pad(r, &s, w ? want_int(r, w, "width") : 80, NULL, 0);
+		jv *w = jx_arg(r, &a, 0, "width");
+		return pad(r, &s, w ? jx_want_int(r, w, "width") : 80, NULL, 0);
 	}
 	if (F("indent")) {
-		jv *w = arg(r, &a, 0, "width");
-		bool first = opt_bool(arg(r, &a, 1, "first"), false);
-		bool blank = opt_bool(arg(r, &a, 2, "blank"), false);
+		jv *w = jx_arg(r, &a, 0, "width");
+		bool first = opt_bool(jx_arg(r, &a, 1, "first"), false);
+		bool blank = opt_bool(jx_arg(r, &a, 2, "blank"), false);
 		jv ind;
 		if (w && w->t == JV_STR) {
 			ind = *w;
 		} else {
-			int64_t k = w ? want_int(r, w, "width") : 4;
+			int64_t k = w ? jx_want_int(r, w, "width") : 4;
 			if (k < 0)
 				k = 0;
 			if ((uint64_t)k > 1024)
@@ -2391,8 +2384,8 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 		memcpy(t, s.s, s.n);
 		t[s.n] = '\n';
 		jv sn = jv_strn(t, s.n + 1);
-		jlist *lines = splitlines(r, &sn, false).l;
-		moe_sbuf *b = tmp_open(r);
+		jlist *lines = jx_splitlines(r, &sn, false).l;
+		moe_sbuf *b = jx_tmp_open(r);
 		if (first)
 			jx_add(r, b, ind.s, ind.n);
 		for (size_t i = 0; i < lines->n; i++) {
@@ -2403,7 +2396,7 @@ jv jx_filter(jrender *r, const char *name, jv in, jv *args, const char **kw, siz
 			}
 			jx_add(r, b, lines->v[i].s, lines->v[i].n);
 		}
-		return tmp_close(r, b);
+		return jx_tmp_close(r, b);
 	}
 #undef F
 	jx_fail(r, MOE_EINVAL, "no filter named '%s'", name);

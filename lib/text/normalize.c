@@ -3,10 +3,12 @@
  * BertNormalizer and Sequence, applied to each raw text fragment before
  * pre-tokenization (as HF does).  Unicode data comes from utf8proc.
  *
- * "Precompiled" (SentencePiece's compiled character map) is applied as
- * NFKC, which is what those maps are built from (nmt_nfkc); the few
- * differences (the map's extra control-character and space rules) are
- * documented in the README.
+ * "Precompiled" is SentencePiece's compiled character map
+ * (precompiled_charsmap, base64): a Darts-clone double-array trie over
+ * UTF-8 byte strings whose values index NUL-terminated replacements.  It
+ * is applied as SentencePiece's Normalizer applies it: at each position
+ * the longest key that prefixes the rest of the text is replaced;
+ * without one, one character is copied (an invalid byte becomes U+FFFD).
  */
 #include <config.h>
 
@@ -27,6 +29,7 @@ typedef enum {
 	NM_PREPEND,
 	NM_BERT_CLEAN,
 	NM_BERT_CHINESE,
+	NM_CHARSMAP, /* SentencePiece precompiled_charsmap */
 } nm_kind;
 
 typedef struct nstep {
@@ -35,7 +38,11 @@ typedef struct nstep {
 	bool left, right;
 	pcre2_code *re;
 	bool jit;
-	char *text; /* Replace content / Prepend text */
+	char *text; /* Replace content / Prepend text; charsmap: the whole blob */
+	const uint32_t *units; /* charsmap: the trie's units (inside text) */
+	size_t n_units;
+	const char *repl; /* charsmap: the replacements (inside text) */
+	size_t n_repl;
 } nstep;
 
 struct moe_normalizer {
@@ -51,6 +58,7 @@ void moe_normalizer_free(moe_normalizer *nm)
 		if (nm->v[i].re)
 			pcre2_code_free(nm->v[i].re);
 		free(nm->v[i].text);
+		free((void *)nm->v[i].units);
 	}
 	free(nm->v);
 	free(nm);
@@ -79,6 +87,77 @@ static const char *jstr(json_t *o, const char *k)
 	return json_string_value(json_object_get(o, k));
 }
 
+static int b64_value(unsigned char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* precompiled_charsmap: base64 of [u32 LE trie bytes][trie units][replacements]. */
+static int compile_charsmap(moe_normalizer *nm, json_t *j, moe_error *e)
+{
+	json_t *cm = json_object_get(j, "precompiled_charsmap");
+	if (json_is_null(cm) || (json_is_string(cm) && !json_string_length(cm)))
+		return 0; /* an empty map changes nothing */
+	if (!json_is_string(cm))
+		return moe_err(e, MOE_EFORMAT, "normalizer Precompiled: precompiled_charsmap "
+			       "is not a string");
+	const char *src = json_string_value(cm);
+	size_t n = json_string_length(cm);
+	unsigned char *blob = malloc(n / 4 * 3 + 8);
+	if (!blob)
+		return moe_err(e, MOE_ENOMEM, "out of memory (normalizer)");
+	size_t len = 0;
+	uint32_t acc = 0;
+	int bits = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (src[i] == '=')
+			break;
+		int v = b64_value((unsigned char)src[i]);
+		if (v < 0) {
+			free(blob);
+			return moe_err(e, MOE_EFORMAT, "normalizer Precompiled: precompiled_charsmap "
+				       "is not base64 (byte %zu)", i);
+		}
+		acc = acc << 6 | (uint32_t)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			blob[len++] = (unsigned char)(acc >> bits);
+		}
+	}
+	uint32_t trie = len >= 4 ? (uint32_t)blob[0] | (uint32_t)blob[1] << 8 |
+					   (uint32_t)blob[2] << 16 | (uint32_t)blob[3] << 24 : 0;
+	if (len < 8 || trie < 4 || trie % 4 || trie > len - 4) {
+		free(blob);
+		return moe_err(e, MOE_EFORMAT, "normalizer Precompiled: precompiled_charsmap is "
+			       "malformed (%zu bytes, trie of %u bytes)", len, trie);
+	}
+	/* The units are read as little-endian words (they are stored so). */
+	uint32_t *units = malloc(trie);
+	if (!units) {
+		free(blob);
+		return moe_err(e, MOE_ENOMEM, "out of memory (normalizer)");
+	}
+	for (uint32_t k = 0; k < trie / 4; k++) {
+		const unsigned char *u = blob + 4 + 4 * k;
+		units[k] = (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 |
+			   (uint32_t)u[3] << 24;
+	}
+	memmove(blob, blob + 4 + trie, len - 4 - trie);
+	nstep st = {.kind = NM_CHARSMAP, .text = (char *)blob, .units = units,
+		    .n_units = trie / 4, .repl = (char *)blob, .n_repl = len - 4 - trie};
+	int rc = push(nm, st, e);
+	if (rc < 0)
+		free(units);
+	return rc;
+}
+
 static int compile(moe_normalizer *nm, json_t *j, bool spm, int depth, moe_error *e)
 {
 	const char *type = jstr(j, "type");
@@ -103,12 +182,13 @@ static int compile(moe_normalizer *nm, json_t *j, bool spm, int depth, moe_error
 		{"NFD", UTF8PROC_STABLE | UTF8PROC_DECOMPOSE},
 		{"NFKC", UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
 		{"NFKD", UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT},
-		{"Precompiled", UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
 		{"Nmt", UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
 	};
 	for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++)
 		if (strcmp(type, forms[k].name) == 0)
 			return push(nm, (nstep){.kind = NM_UNICODE, .opts = forms[k].opts}, e);
+	if (strcmp(type, "Precompiled") == 0)
+		return compile_charsmap(nm, j, e);
 	if (strcmp(type, "Lowercase") == 0)
 		return push(nm, (nstep){.kind = NM_LOWER}, e);
 	if (strcmp(type, "StripAccents") == 0)
@@ -199,6 +279,66 @@ static int add_cp(moe_sbuf *b, uint32_t cp)
 	char o[4];
 	utf8proc_ssize_t n = utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)o);
 	return moe_sbuf_add(b, o, (size_t)n);
+}
+
+/* The longest key of the charsmap's trie that prefixes s[0..n): its
+ * length (0: none) and replacement.  Darts-clone's commonPrefixSearch:
+ * a unit holds a label byte, an offset to its children and a leaf flag;
+ * a leaf's child unit holds the value, an offset into the replacements. */
+static size_t charsmap_match(const nstep *st, const unsigned char *s, size_t n,
+			     const char **repl, size_t *repl_len)
+{
+	const uint32_t *u = st->units;
+	size_t best = 0;
+	uint32_t value = 0;
+#define OFFSET(x) (((x) >> 10) << (((x) & (1u << 9)) >> 6))
+	size_t pos = OFFSET(u[0]);
+	for (size_t i = 0; i < n; i++) {
+		pos ^= s[i];
+		if (pos >= st->n_units)
+			break;
+		uint32_t unit = u[pos];
+		if ((unit & ((1u << 31) | 0xFF)) != s[i])
+			break;
+		pos ^= OFFSET(unit);
+		if (pos >= st->n_units)
+			break;
+		if ((unit >> 8) & 1) {
+			best = i + 1;
+			value = u[pos] & ((1u << 31) - 1);
+		}
+	}
+#undef OFFSET
+	if (!best || value >= st->n_repl)
+		return 0; /* no key, or a value outside the map: copy the text */
+	const char *r = st->repl + value, *end = memchr(r, '\0', st->n_repl - value);
+	*repl = r;
+	*repl_len = end ? (size_t)(end - r) : st->n_repl - value;
+	return best;
+}
+
+static int apply_charsmap(const nstep *st, const char *s, size_t n, moe_sbuf *out)
+{
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < n;) {
+		const char *repl;
+		size_t rl, l = charsmap_match(st, (const unsigned char *)s + i, n - i, &repl, &rl);
+		if (l) {
+			rc = moe_sbuf_add(out, repl, rl);
+			i += l;
+			continue;
+		}
+		uint32_t cp;
+		l = moe_utf8_valid_len((const unsigned char *)s + i, n - i, &cp);
+		if (l) {
+			rc = moe_sbuf_add(out, s + i, l);
+			i += l;
+		} else {
+			rc = moe_sbuf_add(out, "\xEF\xBF\xBD", 3);
+			i++;
+		}
+	}
+	return rc;
 }
 
 /* One character-wise pass: f returns the code points to emit. */
@@ -340,6 +480,9 @@ int moe_normalizer_run(const moe_normalizer *nm, const char *text, size_t len, m
 			rc = moe_sbuf_add(&b, a.p + s, t - s);
 			goto swap;
 		}
+		case NM_CHARSMAP:
+			rc = apply_charsmap(st, a.p, a.len, &b);
+			goto swap;
 		case NM_PREPEND:
 			if (!a.len)
 				break;

@@ -95,7 +95,7 @@ check "deepseek2: old-layout GGUF -> UTH" -- $CONV "$T/ds-old.gguf" "$T/ds-old.u
 check "deepseek2: attn_kv_b split = the split GGUF's attn_k_b / attn_v_b" -- \
 	"$DIFF" --ignore provenance "$T/deepseek2-v2-g.uth" "$T/ds-old.uth"
 
-# MXFP4 experts from GGUF keep their type.
+# MXFP4 experts from GGUF keep their type (and from HF: below).
 check "gpt-oss MXFP4: generate" -- $GEN --arch gpt-oss --expert-type mxfp4 --format gguf --seed 5 --out "$T/mx"
 check "gpt-oss MXFP4: GGUF -> UTH" -- $CONV "$T/mx.gguf" "$T/mx.uth"
 n=$($CONV --info --json "$T/mx.uth" | $PYTHON3 -c "import json,sys; print(json.load(sys.stdin)['dtypes'].get('mxfp4',{}).get('tensors',0))")
@@ -128,6 +128,66 @@ cfgedit phimoe b13 "c['num_experts_per_tok']=3"; refused "sparsemixer with 3 exp
 cfgedit phimoe b14 "c['router_jitter_noise']=0"; refused "zero jitter epsilon" b14 "router_jitter_noise"
 cfgedit granitemoeshared b15 "c['shared_intermediate_size']=48"; refused "shared width against the tensor" b15 "ffn_gate_shexp"
 cfgedit deepseek3 b16 "c['rope_scaling']['mscale_all_dim']=-5"; refused "negative mscale_all_dim" b16 "mscale_all_dim"
+
+# MXFP4 experts from GGUF keep their type; from HF (the published
+# checkpoints' U8 *_blocks and *_scales, nibbles in another order) they are
+# repacked into the same blocks: identical UTH, and the engine on the
+# HF-sourced file agrees with the reference reading the HF snapshot.
+check "gpt-oss MXFP4: generate" -- $GEN --arch gpt-oss --expert-type mxfp4 --format both --seed 5 --out "$T/mx"
+check "gpt-oss MXFP4: GGUF -> UTH" -- $CONV "$T/mx.gguf" "$T/mx.uth"
+n=$($CONV --info --json "$T/mx.uth" | $PYTHON3 -c "import json,sys; print(json.load(sys.stdin)['dtypes'].get('mxfp4',{}).get('tensors',0))")
+[ "${n:-0}" -eq 24 ]; ok $? "gpt-oss MXFP4: 24 expert matrices stay MXFP4 ($n)"
+check "gpt-oss MXFP4: HF (U8 blocks and scales) -> UTH" -- $CONV "$T/mx.hf" "$T/mx-h.uth"
+check "gpt-oss MXFP4: same tensors and metadata from GGUF and HF" -- \
+	"$DIFF" $IGN "$T/mx.uth" "$T/mx-h.uth"
+$CONV "$T/mx.hf" - | cat > "$T/pipe.uth"
+cmp -s "$T/pipe.uth" "$T/mx-h.uth"; ok $? "gpt-oss MXFP4: HF through a pipe = file output"
+RUN="$top_builddir/tests/unit/engine-run"
+if [ -x "$RUN" ]; then
+	"$RUN" "$T/mx-h.uth" "1 7 3 9 4 200 11 5" 16 >"$T/mx-h.out" 2>"$T/mx-h.err"
+	$PYTHON3 "$top_srcdir/tests/ref/vs_engine.py" --model "$T/mx.hf" --tokens "1 7 3 9 4 200 11 5" \
+		--emulate act-quant,kv-f16 --tol 1e-5 "mx-h=$T/mx-h.out" >"$T/mx-h.vs" 2>&1 &&
+		! grep -q '^not ok' "$T/mx-h.vs"
+	ok $? "gpt-oss MXFP4 from HF: logits and greedy ids = the reference on the HF snapshot"
+	sed 's/^/#   /' "$T/mx-h.vs"
+fi
+# Damaged MXFP4 snapshots (the safetensors rewritten by st_edit): refused
+# naming the tensor.
+st_edit() { # st_edit NEWNAME PYTHON (h: header dict, may drop or change entries)
+	rm -rf "$T/$1"; cp -r "$T/mx.hf" "$T/$1"
+	$PYTHON3 - "$T/$1/model.safetensors" "$2" <<'PY'
+import json, struct, sys
+p = sys.argv[1]
+raw = open(p, 'rb').read()
+n = struct.unpack('<Q', raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+data = {k: raw[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]]
+	for k, v in h.items() if k != '__metadata__'}
+exec(sys.argv[2])
+out, at = {}, 0
+for k, v in h.items():
+	if k == '__metadata__':
+		out[k] = v
+		continue
+	v['data_offsets'] = [at, at + len(data[k])]
+	at += len(data[k])
+	out[k] = v
+hdr = json.dumps(out).encode()
+with open(p, 'wb') as f:
+	f.write(struct.pack('<Q', len(hdr)) + hdr + b''.join(data[k] for k in out if k != '__metadata__'))
+PY
+}
+L0=model.layers.0.mlp
+st_edit m1 "del h['$L0.experts.down_proj_scales']"
+refused "MXFP4 blocks without their scales" m1 "down_proj_scales' are missing"
+st_edit m2 "del h['$L0.experts.gate_up_proj_blocks']"
+refused "MXFP4 scales without their blocks" m2 "gate_up_proj_scales': MXFP4 exponents without their blocks"
+st_edit m3 "s = h['$L0.experts.gate_up_proj_blocks']['shape']; s[2] *= 2; s[3] //= 2"
+refused "MXFP4 blocks of the wrong shape" m3 "gate_up_proj_blocks': expected U8 of shape"
+st_edit m4 "x = h['$L0.experts.down_proj_scales']; x['dtype'] = 'I8'"
+refused "MXFP4 scales not U8" m4 "down_proj_scales': expected U8"
+st_edit m5 "x = h['$L0.router.weight']; x['dtype'] = 'U8'; x['shape'][1] *= 4"
+refused "U8 outside the MXFP4 experts" m5 "router.weight': dtype u8 is not a weight type"
 
 # The engine runs all of them (against the reference: t0410, t0412).
 for a in deepseek2 deepseek3; do

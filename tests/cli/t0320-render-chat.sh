@@ -2,7 +2,8 @@
 # t0320-render-chat.sh — moe-run --render-chat: the prompt for a JSON
 # conversation, with the template recognised from the model or named, the
 # model's own BOS/EOS texts, --system and --no-generation-prompt.  Golden
-# files: tests/golden/chat (written by hand from each published format).
+# files: tests/golden/chat (written by hand from each published format;
+# tulu also against render/olmoe__*, Python's rendering of the published text).
 . "$top_srcdir/tests/cli/lib.sh"
 need_shared
 RUN="$BIN/moe-run"
@@ -34,6 +35,15 @@ golden deepseek-llm deepseek3
 { printf '<|endoftext|>'; cat "$GOLD/tulu.txt"; } > "$T/tulu.want"
 $RUN -m "$T/gpt-2.uth" --render-chat --chat-template olmoe -f "$T/conv.json" > "$T/tulu.out"
 cmp -s "$T/tulu.out" "$T/tulu.want"; ok $? "tulu (alias olmoe) with the model's BOS first"
+# The built-in tulu format against Python's rendering of OLMoE-Instruct's
+# published template (tests/golden/chat/render, by scripts/gen-chat-goldens).
+for c in basic basic-nogen nosystem-nogen; do
+	ng=; case $c in *-nogen) ng=--no-generation-prompt;; esac
+	$RUN -m "$T/gpt-2.uth" --render-chat --chat-template tulu $ng \
+		-f "$GOLD/conversations/$c.json" > "$T/tulu-$c.out"
+	cmp -s "$T/tulu-$c.out" "$GOLD/render/olmoe__$c.txt"
+	ok $? "built-in tulu = OLMoE's published template ($c)"
+done
 
 # The model's own template is run (phi-3 has one; it starts with
 # {{ bos_token }}, as Hugging Face renders it).

@@ -46,12 +46,12 @@ tol() {
 	esac
 }
 
-# engine NAME TAG [ISA] [BATCH]: engine-run on NAME.uth into NAME.TAG.out
+# engine NAME TAG [ISA] [BATCH] [KV_BLOCK]: engine-run on NAME.uth into NAME.TAG.out
 engine() {
 	if [ -n "${3:-}" ]; then
-		MOE_ISA=$3 "$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
+		MOE_ISA=$3 "$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-0} ${5:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
 	else
-		"$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
+		"$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-0} ${5:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
 	fi
 }
 
@@ -67,7 +67,17 @@ model() {
 		return
 	fi
 	outs=""
-	for run in "default" "generic generic" "avx2 avx2" "b1 '' 1"; do
+	runs="default|generic generic|avx2 avx2|b1 '' 1"
+	# sliding windows (gpt-oss, window 4 of the 40 positions): blocks of 4
+	# positions, so the sliding layers' rows live in window slots that are
+	# given back and reused (kv.c); t0435 has longer runs
+	[ "$arch" = gpt-oss ] && runs="$runs|w4 '' 0 4|w4g generic 0 4"
+	IFS='|'
+	set -f
+	set -- $runs
+	unset IFS
+	set +f
+	for run; do
 		eval "set -- $run"
 		# (a sanitizer build reports undefined behaviour on stderr only)
 		if engine "$name" "$@" && ! grep -q 'runtime error' "$T/$name.$1.err"; then

@@ -37,11 +37,11 @@ tol() { # t0410's
 	esac
 }
 
-engine() { # engine NAME TAG [ISA] [BATCH]
+engine() { # engine NAME TAG [ISA] [BATCH KV_BLOCK]
 	if [ -n "${3:-}" ]; then
-		MOE_ISA=$3 "$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
+		MOE_ISA=$3 "$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-} ${5:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
 	else
-		"$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
+		"$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-} ${5:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
 	fi
 }
 
@@ -54,7 +54,9 @@ model() { # model NAME ARCH TYPE SHAPE SEED -> result lines on stdout
 		return
 	fi
 	outs=""
-	for run in "default" "generic generic" "avx2 avx2" "b1 '' 1"; do
+	# b1: prefill token by token, in KV blocks of 4 positions (the 40
+	# positions cross 9 block boundaries), against one batch in one block
+	for run in "default" "generic generic" "avx2 avx2" "b1 '' 1 4"; do
 		eval "set -- $run"
 		if engine "$name" "$@" && ! grep -q 'runtime error' "$T/$name.$1.err"; then
 			outs="$outs $name/$1=$T/$name.$1.out${3:+@$name/default}"
@@ -62,6 +64,12 @@ model() { # model NAME ARCH TYPE SHAPE SEED -> result lines on stdout
 			echo "not ok - $name: engine-run ($1)"; sed 's/^/#   /' "$T/$name.$1.err"
 		fi
 	done
+	# the cache: one F16 row of kv_lora + rope values per position and
+	# layer (3 layers; tiny 32 + 8, small 256 + 32), 4 positions a block
+	row=80; [ "$shape" = small ] && row=576
+	grep -q "blocks x $((4 * 3 * row)) bytes" "$T/$name.b1.err" &&
+		echo "ok - $name: KV blocks of $((4 * 3 * row)) bytes (4 positions x 3 layers x $row)" ||
+		{ echo "not ok - $name: KV block size"; sed 's/^/#   /' "$T/$name.b1.err"; }
 	set -- $(tol "$type")
 	"$PYTHON3" "$VS" --model "$T/$name.gguf" --tokens "$PROMPT" --emulate "$1" --tol "$2" \
 		--plain-tol "$3" --self-tol 1e-4 $outs 2>"$T/$name.vs.err"
@@ -143,8 +151,8 @@ for a in deepseek2 deepseek2-v2 deepseek3; do
 		ok 1 "$n: generate and convert"; sed 's/^/#   /' "$T/$n.gen.err"
 		continue
 	fi
-	"$RUN" "$T/$n.uth" "$PROMPT" 0 0 f16 >"$T/$n.f16" 2>"$T/$n.err" &&
-		"$RUN" "$T/$n.uth" "$PROMPT" 0 0 q8_0 >"$T/$n.q8" 2>>"$T/$n.err"
+	"$RUN" "$T/$n.uth" "$PROMPT" 0 >"$T/$n.f16" 2>"$T/$n.err" &&
+		ENGINE_RUN_KV_TYPE=q8_0 "$RUN" "$T/$n.uth" "$PROMPT" 0 >"$T/$n.q8" 2>>"$T/$n.err"
 	ok $? "$n: the engine runs with a Q8_0 cache: $(head -c 160 "$T/$n.err")"
 	tol=5e-2
 	[ $a = deepseek2 ] && tol=1

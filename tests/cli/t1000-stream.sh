@@ -3,9 +3,10 @@
 # the same greedy tokens as the resident model for every MoE architecture
 # (F32 tiny and Q4_K_M small shapes), at the smallest budget (one layer of
 # experts), half the model and all of it, with --parallel requests and one or
-# two threads; the error paths: a dense model, a budget below the minimum,
-# an I/O error and a short read on the Nth read (MOE_TEST_IO_FAULT),
-# --verify-reads without --mem-budget.
+# two threads, and with reads handed over in reverse order
+# (MOE_TEST_IO_TRICKLE, so experts are computed in arrival order); the error
+# paths: a dense model, a budget below the minimum, an I/O error and a short
+# read on the Nth read (MOE_TEST_IO_FAULT), --verify-reads without --mem-budget.
 . "$top_srcdir/tests/cli/lib.sh"
 GEN="$PYTHON3 $top_srcdir/scripts/gen-model"
 RUN="$BIN/moe-run"
@@ -32,6 +33,12 @@ for spec in "mixtral f32 tiny" "olmoe f32 tiny" "qwen2moe f32 tiny" "qwen3moe f3
 			[ $st -eq 0 ] || sed 's/^/#   /' "$T/err"
 		done
 	done
+	# reads handed over one at a time, last requested first: experts are
+	# computed in arrival order, not id order, and the text must not change
+	MOE_TEST_IO_TRICKLE=200 "$RUN" -m "$T/$name.uth" -p "$PROMPT" -n 24 --temp 0 --ignore-eos \
+		--mem-budget min > "$T/out.txt" 2>"$T/err"
+	[ $? -eq 0 ] && cmp -s "$T/out.txt" "$T/ref.txt"
+	ok $? "$name: --mem-budget min, reads trickling in (MOE_TEST_IO_TRICKLE): same text"
 	# several requests decoded together: each expert read serves all of them
 	printf '{"prompt": "%s", "n_predict": 12, "temperature": 0}\n' "a b" "c d e" "f" "g h i j" \
 		> "$T/in.jsonl"

@@ -218,6 +218,9 @@ def load_hf(c, d, dtype):
 				down = mxfp4_hf(W.read(x + 'down_proj_blocks'),
 						W.read(x + 'down_proj_scales'))           # (E, D, F)
 				gate, up = gu[:, 0::2, :], gu[:, 1::2, :]
+				# stored MXFP4: products pair with 8-bit activations (act-quant)
+				for n in ('gate', 'up', 'down'):
+					W.stored_type[b + 'ffn_%s_exps.weight' % n] = 39   # MXFP4 (quants.TYPES)
 			else:
 				gu = W.read(x + 'gate_up_proj')                            # (E, D, 2F)
 				gate = gu[:, :, 0::2].transpose(0, 2, 1)

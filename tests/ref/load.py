@@ -58,6 +58,7 @@ class Tensors:
 	def __init__(self, dtype):
 		self.dtype = np.dtype(dtype)
 		self._cache = {}
+		self.stored_type = {}
 
 	def has(self, name):
 		raise NotImplementedError
@@ -71,8 +72,10 @@ class Tensors:
 	def ggml_type(self, name):
 		"""The ggml type id the tensor is stored as; 0 (F32) for a format
 		of float tensors only (an HF snapshot), where it does not matter:
-		only quantised weights change the engine's arithmetic."""
-		return 0
+		only quantised weights change the engine's arithmetic.  A tensor
+		an HF snapshot stores quantised (gpt-oss's MXFP4 experts) is
+		marked by its loader in stored_type."""
+		return self.stored_type.get(name, 0)
 
 	def get(self, name):
 		if name not in self._cache:

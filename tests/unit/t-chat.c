@@ -106,13 +106,12 @@ static const struct {
 	 "message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + "
 	 "'<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' "
 	 "}}{% else %}{{ eos_token }}{% endif %}", MOE_CHAT_PHI3},
-	{"OLMoE-Instruct (Tulu)", "{{ bos_token }}{% for message in messages %}{% if "
-	 "message['role'] == 'system' %}{{ '<|system|>\n' + message['content'] + '\n' }}{% elif "
-	 "message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + '\n' }}{% elif "
-	 "message['role'] == 'assistant' %}{% if not loop.last %}{{ '<|assistant|>\n'  + "
-	 "message['content'] + eos_token + '\n' }}{% else %}{{ '<|assistant|>\n'  + "
-	 "message['content'] + eos_token }}{% endif %}{% endif %}{% if loop.last and "
-	 "add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}{% endfor %}", MOE_CHAT_TULU},
+	{"OLMoE-1B-7B-0924-Instruct", "{{ bos_token }}{% for message in messages %}\n{% if "
+	 "message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] }}\n{% elif "
+	 "message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] }}\n{% elif "
+	 "message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + "
+	 "eos_token }}\n{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ "
+	 "'<|assistant|>' }}\n{% endif %}\n{% endfor %}", MOE_CHAT_TULU},
 	{"DeepSeek-V2-Chat", "{% if not add_generation_prompt is defined %}{% set "
 	 "add_generation_prompt = false %}{% endif %}{{ bos_token }}{% for message in messages %}"
 	 "{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\n\n' }}{% elif "

@@ -2,7 +2,8 @@
  * logits bit for bit equal to the resident store's at several budgets (down
  * to one layer of experts), both policies, O_DIRECT, buffered and pread
  * I/O, a warm start from a profile; two engines in two threads sharing a
- * store of the minimum size; faults: an I/O error or a short read on the Nth
+ * store of the minimum size; compute order following the arrival of reads
+ * (a hook that trickles them in, last first); faults: an I/O error or a short read on the Nth
  * read, a file changed under us, a corrupted expert with verify_reads; a
  * budget below the minimum. */
 #include "engine.h"
@@ -131,6 +132,74 @@ int main(void)
 			   (unsigned long long)s.predicted, s.direct, s.uring);
 			moe_experts_close(st);
 		}
+
+	/* compute order follows arrival: with reads held back and handed over
+	 * one at a time, last requested first (the trickle hook), the engine
+	 * computes experts in an order unlike the id order, while other reads
+	 * are still in flight; the logits must not change by a bit.  And with
+	 * no_overlap (every expert before any math) the same logits again. */
+	for (int ov = 0; ov < 2; ov++) {
+		moe_expert_store *st;
+		moe_experts_params p = {.budget = fixed + slots[1] * slot, .no_overlap = ov == 1};
+		if (moe_experts_open(&st, m, &p, &e) < 0) {
+			ok(0, "open: %s", e.msg);
+			continue;
+		}
+		moe_experts_inject_trickle(st, 300);
+		memset(got, 0, nl * sizeof *got);
+		int rc = run(m, st, got, &e);
+		moe_experts_stats s;
+		moe_experts_get_stats(st, &s);
+		ok(rc == 0 && !memcmp(got, ref, nl * sizeof *got) &&
+		   (ov ? s.overlapped == 0 : s.overlapped > 0) && s.reads > 0,
+		   "%s, reads trickling in: logits equal the resident store's bit for bit (%s; %llu "
+		   "reads, %llu experts computed while reads were in flight)",
+		   ov ? "no_overlap" : "arrival order", rc ? e.msg : "ok", (unsigned long long)s.reads,
+		   (unsigned long long)s.overlapped);
+		moe_experts_close(st);
+	}
+	/* the seam itself: acquire_start hands over what is cached and starts
+	 * the rest; acquire_wait hands the rest over as it arrives (here, with
+	 * the hook, one at a time, last requested first) */
+	{
+		moe_expert_store *st;
+		moe_experts_params p = {.budget = fixed + slots[1] * slot};
+		int first = -1;
+		for (uint32_t l = 0; l < m->hp.n_layer && first < 0; l++)
+			if (m->layers[l].is_moe)
+				first = (int)l;
+		if (moe_experts_open(&st, m, &p, &e) == 0 && first >= 0) {
+			int32_t ids[3] = {0, 1, 2};
+			moe_expert out[3] = {0}, out2[3] = {0};
+			int ready[3], order[3], n_order = 0;
+			/* expert 1 cached beforehand */
+			int r0 = st->acquire(st, first, ids + 1, 1, out2, &e);
+			if (r0 == 0)
+				st->release(st, first, ids + 1, 1);
+			moe_experts_inject_trickle(st, 1000);
+			int r = st->acquire_start(st, first, ids, 3, out, ready, &e);
+			bool okk = r0 == 0 && r == 1 && ready[0] == 1 && out[1].gate && !out[0].gate &&
+				   !out[2].gate;
+			while (okk && n_order < 2) {
+				int w = st->acquire_wait(st, first, ids, 3, out, ready, &e);
+				okk = w == 1 && out[ready[0]].gate;
+				if (okk)
+					order[n_order++] = ready[0];
+			}
+			okk = okk && order[0] == 2 && order[1] == 0 &&
+			      st->acquire_wait(st, first, ids, 3, out, ready, &e) == 0;
+			/* the experts are the file's bytes */
+			const moe_layer *L = &m->layers[first];
+			for (int i = 0; okk && i < 3; i++)
+				okk = !memcmp(out[i].up->data, L->exp_up[i].data,
+					      (size_t)(L->exp_up[i].rows * L->exp_up[i].row_bytes));
+			st->release(st, first, ids, 3);
+			ok(okk, "acquire_start: 1 cached expert handed over, 2 reads started; acquire_wait: "
+				"expert 2 then 0 (%s)", e.msg[0] ? e.msg : "ok");
+			moe_experts_close(st);
+		} else
+			ok(0, "open: %s", e.msg);
+	}
 
 	/* warm start and pinning from a profile (expert x of layer l chosen
 	 * x + l times): the cache starts full, the pinned experts stay */

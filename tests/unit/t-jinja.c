@@ -457,7 +457,7 @@ static void test_apply(const char *top)
 	moe_tokenizer_free(t);
 	/* A template with syntax the interpreter lacks: the built-in format
 	 * it resembles, with a warning. */
-	vd.chat_template = "{{ messages|pprint }}<|im_start|>";
+	vd.chat_template = "{{ '{0[0]}'.format(messages) }}<|im_start|>";
 	vd.n_chat_templates = 0;
 	if (moe_tokenizer_from_data(&t, &vd, &e) == 0) {
 		rc = moe_chat_apply(t, one, &o, &out, &len, &e);
@@ -477,6 +477,53 @@ out:
 	free(twant);
 }
 
+/* The formatting filters (jinja_fmt.c) on the random inputs of
+ * tests/golden/chat/filters.jsonl, rendered by Python's jinja2
+ * (scripts/gen-chat-goldens): every output byte for byte, and an error
+ * wherever Python raised. */
+static void test_filters(const char *top)
+{
+	static const char *const names[] = {"filesizeformat", "pprint", "wordwrap", "urlize"};
+	int total[4] = {0}, same[4] = {0}, shown = 0;
+	size_t len;
+	char *text = slurp(top, "tests/golden/chat/filters.jsonl", &len);
+	if (!text) {
+		ok(0, "tests/golden/chat/filters.jsonl");
+		return;
+	}
+	for (char *line = text, *nl; *line; line = nl + 1) {
+		nl = strchr(line, '\n');
+		if (!nl)
+			break;
+		*nl = '\0';
+		json_error_t je;
+		json_t *rec = json_loads(line, 0, &je);
+		const char *t = json_string_value(json_object_get(rec, "t"));
+		if (!t)
+			continue;
+		int k = 0;
+		while (k < 3 && !strstr(t, names[k]))
+			k++;
+		json_t *want = json_object_get(rec, "out");
+		char *got = NULL;
+		moe_error e;
+		int rc = render(t, json_object_get(rec, "v"), &got, &e);
+		bool match = want ? rc == 0 && strcmp(got, json_string_value(want)) == 0 : rc != 0;
+		total[k]++;
+		same[k] += match;
+		if (!match && shown++ < 8)
+			tap_diag("%s with %s: got %s, Python: %s", t,
+				 json_dumps(json_object_get(rec, "v"), JSON_COMPACT),
+				 rc == 0 ? got : e.msg, want ? json_string_value(want) : "an error");
+		free(got);
+		json_decref(rec);
+	}
+	for (int k = 0; k < 4; k++)
+		ok(total[k] > 100 && same[k] == total[k], "%s: %d of %d random renderings as Python's",
+		   names[k], same[k], total[k]);
+	free(text);
+}
+
 int main(void)
 {
 	const char *top = getenv("top_srcdir");
@@ -488,6 +535,7 @@ int main(void)
 	test_cases();
 	test_bad();
 	test_apply(top);
+	test_filters(top);
 	test_timing(top);
 	return tap_done();
 }

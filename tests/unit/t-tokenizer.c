@@ -1068,6 +1068,78 @@ static void test_model_vectors(const char *file, moe_vocab_model want_model)
 
 /* Real files: ids written as floats (5.0), a tokenizer_config.json with
  * Python's int(1e30) in model_max_length; a non-integral id is refused. */
+/* Precompiled normalizers: charsmaps compiled by python3-sentencepiece
+ * (a rule set and its nmt_nfkc), against sentencepiece's own normalized
+ * text (scripts/gen-tokenizer-vectors). */
+static void test_precompiled(void)
+{
+	char path[4200];
+	size_t len;
+	snprintf(path, sizeof path, "%s/tests/golden/tokenizer/precompiled.json", srcdir);
+	char *text = slurp(path, &len);
+	json_t *root = text ? json_loads(text, 0, NULL) : NULL;
+	json_t *maps = json_object_get(root, "maps"), *m;
+	size_t i;
+	ok(json_array_size(maps) == 2, "precompiled.json loads");
+	json_array_foreach(maps, i, m) {
+		const char *name = json_string_value(json_object_get(m, "name"));
+		char *nj = json_dumps(json_object_get(m, "normalizer"), JSON_COMPACT);
+		moe_normalizer *nm = NULL;
+		moe_error e;
+		int rc = moe_normalizer_from_json(&nm, nj, false, &e);
+		ok(rc == 0, "%s: the charsmap is read", name);
+		json_t *c;
+		size_t k, same = 0, n = 0;
+		json_array_foreach(json_object_get(m, "cases"), k, c) {
+			const char *t = json_string_value(json_object_get(c, "text"));
+			const char *want = json_string_value(json_object_get(c, "normalized"));
+			moe_sbuf out = {0};
+			n++;
+			if (rc == 0 && moe_normalizer_run(nm, t, strlen(t), &out) == 0 &&
+			    strcmp(out.p, want) == 0)
+				same++;
+			else
+				tap_diag("%s: '%s' gave '%s', sentencepiece '%s'", name, t,
+					 out.p ? out.p : "(error)", want);
+			free(out.p);
+		}
+		ok(n >= 10 && same == n, "%s: %zu of %zu texts normalized as sentencepiece does",
+		   name, same, n);
+		moe_normalizer_free(nm);
+		free(nj);
+	}
+	json_decref(root);
+	free(text);
+	/* Broken maps are refused, naming the field. */
+	static const char *const bad[] = {
+		"{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"AAAA\"}",
+		"{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"!!!!\"}",
+		"{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"/////wAAAAA=\"}",
+		"{\"type\":\"Precompiled\",\"precompiled_charsmap\":7}",
+	};
+	for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+		moe_normalizer *nm = NULL;
+		moe_error e;
+		int rc = moe_normalizer_from_json(&nm, bad[b], false, &e);
+		ok(rc < 0 && strstr(e.msg, "precompiled_charsmap"), "bad charsmap %zu: %s", b,
+		   e.msg);
+		moe_normalizer_free(nm);
+	}
+	/* A trie whose offsets point outside it: text is copied, no crash;
+	 * an invalid byte becomes U+FFFD as in sentencepiece.  (Trie of one
+	 * unit 0xFFFFFC00: offset far beyond the single unit.) */
+	moe_normalizer *nm = NULL;
+	moe_error e;
+	int rc = moe_normalizer_from_json(
+		&nm, "{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"BAAAAAD8//8A\"}",
+		false, &e);
+	moe_sbuf out = {0};
+	ok(rc == 0 && moe_normalizer_run(nm, "ab\xff" "c", 4, &out) == 0 &&
+	   strcmp(out.p, "ab\xEF\xBF\xBD" "c") == 0, "a trie pointing outside itself is harmless");
+	free(out.p);
+	moe_normalizer_free(nm);
+}
+
 static void test_real_json(void)
 {
 	char path[4200];
@@ -1281,6 +1353,7 @@ int main(int argc, char **argv)
 	test_pipelines();
 	test_model_vectors("unigram.json", MOE_VOCAB_UGM);
 	test_model_vectors("wordpiece.json", MOE_VOCAB_WPM);
+	test_precompiled();
 	test_real_json();
 	for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++)
 		test_uth(vocabs[i]);
