@@ -28,7 +28,10 @@ EXTRA_DIST += tests/cli/t0415-engine-longrope.sh
 # Issue 14: deepseek2 (latent attention, DeepSeek's routers) against the reference.
 TESTS += tests/cli/t0412-engine-deepseek2.sh
 EXTRA_DIST += tests/cli/t0412-engine-deepseek2.sh
-# Issue 14: gpt-oss's sliding layers keep their window only (kv.c).
+# Issue 14: gpt-oss's sliding layers keep their window only (kv.c);
+# engine-window: prefix sharing and rewinds past the window.
+check_PROGRAMS += tests/unit/engine-window
+tests_unit_engine_window_LDADD = $(MOE_LIBS)
 TESTS += tests/cli/t0435-engine-window.sh
 EXTRA_DIST += tests/cli/t0435-engine-window.sh
 

@@ -241,6 +241,38 @@ int moe_tokenizer_decode(const moe_tokenizer *t, const int32_t *ids, size_t n, u
  * moe_detok does.  *out is malloc'd and NUL-terminated.  0 or MOE_ENOMEM. */
 int moe_utf8_sanitize(const char *s, size_t len, char **out, size_t *out_len, moe_error *e);
 
+/* --------------------------------------------------- harmony (gpt-oss) */
+
+/* gpt-oss's harmony format: generated text is messages
+ * "<|start|>ROLE<|channel|>CHANNEL<|message|>CONTENT<|end|>", the turn
+ * ending with <|return|> (or <|call|> for a tool call).  A vocabulary that
+ * has these markers is a harmony vocabulary: the markers are printed by
+ * the detokeniser even without MOE_DETOK_SPECIAL (they are the text's
+ * structure), <|return|> and <|call|> end generation and <|end|> does not
+ * (it ends a message, not the turn). */
+bool moe_tokenizer_is_harmony(const moe_tokenizer *t);
+
+typedef enum moe_harmony_channel {
+	MOE_HARMONY_FINAL,      /* the answer (also text outside any message) */
+	MOE_HARMONY_ANALYSIS,   /* the chain of thought */
+	MOE_HARMONY_COMMENTARY, /* tool calls and preambles */
+	MOE_HARMONY_OTHER,      /* a channel of another name */
+} moe_harmony_channel;
+const char *moe_harmony_channel_name(moe_harmony_channel ch);
+/* Receives content as it is parsed; a negative return stops the parse and
+ * is returned by moe_harmony_feed/finish. */
+typedef int (*moe_harmony_fn)(void *user, moe_harmony_channel ch, const char *text, size_t len);
+typedef struct moe_harmony moe_harmony;
+/* A streaming parser of one assistant turn (it starts inside the header
+ * that the prompt's "<|start|>assistant" opened).  Returns 0 or MOE_ENOMEM. */
+int moe_harmony_new(moe_harmony **out, moe_error *e);
+/* Text in any chunks (a marker may be split between two); content comes
+ * out through fn, a possibly incomplete marker is held back. */
+int moe_harmony_feed(moe_harmony *h, const char *text, size_t len, moe_harmony_fn fn, void *user);
+/* End of the turn: what was held back comes out; the parser is reset. */
+int moe_harmony_finish(moe_harmony *h, moe_harmony_fn fn, void *user);
+void moe_harmony_free(moe_harmony *h);
+
 /* -------------------------------------------------------- chat templates */
 
 typedef enum moe_chat_template {

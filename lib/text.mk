@@ -5,12 +5,13 @@ lib_libmoecore_a_SOURCES += lib/text/utf8.c lib/text/vocab.c lib/text/vocab_uth.
 	lib/text/vocab_hf.c lib/text/tokenizer.c lib/text/spm.c lib/text/bpe.c \
 	lib/text/chat.c lib/text/chat_apply.c lib/text/jinja_int.h lib/text/jinja_parse.c \
 	lib/text/jinja_eval.c lib/text/jinja_lib.c lib/text/jinja_fmt.c lib/text/pretok.c lib/text/normalize.c \
-	lib/text/unigram.c
+	lib/text/unigram.c lib/text/harmony.c
 lib_libmoecore_a_CFLAGS += $(UTF8PROC_CFLAGS)
 MOE_LIBS += $(UTF8PROC_LIBS)
 
-check_PROGRAMS += tests/unit/t-tokenizer tests/unit/t-chat tests/unit/t-jinja
-TESTS += tests/unit/t-tokenizer tests/unit/t-chat tests/unit/t-jinja
+check_PROGRAMS += tests/unit/t-tokenizer tests/unit/t-chat tests/unit/t-jinja tests/unit/t-harmony
+TESTS += tests/unit/t-tokenizer tests/unit/t-chat tests/unit/t-jinja tests/unit/t-harmony
+tests_unit_t_harmony_LDADD = $(MOE_LIBS)
 tests_unit_t_jinja_LDADD = $(MOE_LIBS)
 tests_unit_t_jinja_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_unit_t_tokenizer_LDADD = $(MOE_LIBS)
@@ -38,5 +39,5 @@ endif
 
 # End to end: a snapshot with a real-looking tokenizer_config.json, its own
 # chat template run by moe-run.
-TESTS += tests/cli/t0330-chat-template.sh
-EXTRA_DIST += tests/cli/t0330-chat-template.sh
+TESTS += tests/cli/t0330-chat-template.sh tests/cli/t0340-harmony.sh
+EXTRA_DIST += tests/cli/t0330-chat-template.sh tests/cli/t0340-harmony.sh

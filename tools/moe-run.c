@@ -46,6 +46,8 @@ typedef struct run_opts {
 	const char *system;        /* --system */
 	const char *chat_template; /* --chat-template NAME */
 	bool generation_prompt;    /* --render-chat: open an assistant turn */
+	int reasoning;             /* --reasoning: REASON_* (harmony models) */
+	bool reasoning_given;
 	/* generation */
 	moe_req_params rp;         /* sampling, -n, --stop, --ignore-eos */
 	int threads, n_ctx, n_batch, kv_type;
@@ -70,6 +72,10 @@ typedef struct run_model {
 	const char *prompt_cache;
 	double t_load;
 } run_model;
+
+/* --reasoning: what a harmony model's (gpt-oss's) analysis channel
+ * becomes in --chat and --jsonl. */
+enum { REASON_HIDE, REASON_SHOW, REASON_RAW };
 
 #define INPUT_MAX ((size_t)1 << 30)
 /* Longest line --jsonl and --chat accept (a request or a message): longer
@@ -150,6 +156,10 @@ static void help(void)
 	       "      --stop=STR        stop before STR (may be repeated, at most 16)\n"
 	       "      --ignore-eos      do not stop at end-of-text tokens\n"
 	       "      --system=TEXT     system prompt (--chat, --jsonl, --render-chat)\n"
+	       "      --reasoning=MODE  harmony models (gpt-oss), --chat and --jsonl: the\n"
+	       "                        analysis channel is hidden (hide, the default),\n"
+	       "                        shown marked [analysis] (show), or the raw\n"
+	       "                        harmony text is printed (raw)\n"
 	       "      --chat-template=NAME  instead of the model's own template ('auto'):\n"
 	       "                        one the model names (e.g. tool_use) or a built-in\n"
 	       "                        format (%s)\n"
@@ -179,7 +189,7 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		OPT_ADD_SPECIAL, OPT_PARSE_SPECIAL, OPT_SHOW_PIECES, OPT_SYSTEM, OPT_TEMPLATE,
 		OPT_NO_GEN, OPT_JSONL, OPT_KV_TYPE, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P,
 		OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_PRESENCE, OPT_FREQUENCY, OPT_SEED, OPT_STOP,
-		OPT_IGNORE_EOS, OPT_VERBOSE, OPT_PARALLEL, OPT_UNORDERED, OPT_PROMPT_CACHE,
+		OPT_IGNORE_EOS, OPT_REASONING, OPT_VERBOSE, OPT_PARALLEL, OPT_UNORDERED, OPT_PROMPT_CACHE,
 		OPT_MEM_BUDGET, OPT_VERIFY_READS,
 	};
 	static const struct option longopts[] = {
@@ -220,6 +230,7 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		{"seed", required_argument, NULL, OPT_SEED},
 		{"stop", required_argument, NULL, OPT_STOP},
 		{"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
+		{"reasoning", required_argument, NULL, OPT_REASONING},
 		{"verbose", no_argument, NULL, OPT_VERBOSE},
 		{"help", no_argument, NULL, OPT_HELP},
 		{"version", no_argument, NULL, OPT_VERSION},
@@ -284,6 +295,17 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		case OPT_MEM_BUDGET: o->mem_budget = optarg; o->gen_option_given = true; break;
 		case OPT_VERIFY_READS: o->verify_reads = true; o->gen_option_given = true; break;
 		case OPT_VERBOSE: o->verbose = true; break;
+		case OPT_REASONING:
+			if (!strcmp(optarg, "hide"))
+				o->reasoning = REASON_HIDE;
+			else if (!strcmp(optarg, "show"))
+				o->reasoning = REASON_SHOW;
+			else if (!strcmp(optarg, "raw"))
+				o->reasoning = REASON_RAW;
+			else
+				usage_error("--reasoning is hide, show or raw, not '%s'", optarg);
+			o->reasoning_given = true;
+			break;
 		case 'm': o->model = cli_model(optarg); break;
 		case 'p': o->prompt = optarg; break;
 		case 'f': o->file = optarg; break;
@@ -341,6 +363,8 @@ static void parse_args(int argc, char **argv, run_opts *o)
 		usage_error("--chat and --jsonl read standard input; -p and -f are for one prompt");
 	if (o->prompt && o->mode == MODE_RENDER_CHAT)
 		usage_error("--render-chat reads messages from -f FILE or standard input");
+	if (o->reasoning_given && o->mode != MODE_CHAT && o->mode != MODE_JSONL)
+		usage_error("--reasoning goes with --chat or --jsonl");
 	if ((o->parallel || o->unordered) && o->mode != MODE_JSONL)
 		usage_error("--parallel and --unordered go with --jsonl");
 	if (o->prompt_cache && o->mode != MODE_GENERATE)
@@ -630,6 +654,86 @@ static int emit_buffer(void *user, moe_req *r, const char *text, size_t len)
 	return 0;
 }
 
+/* One assistant turn of a chat: for a harmony model the generated text is
+ * split into channels (moe_harmony): the answer (final) and the analysis.
+ * Otherwise all of it is the answer. */
+typedef struct {
+	text_buf final;     /* the answer */
+	text_buf reasoning; /* harmony: the analysis channel */
+	text_buf raw;       /* harmony: the text as generated */
+	moe_harmony *h;     /* NULL: not a harmony model */
+	int mode;           /* REASON_*: what is echoed */
+	bool echo;          /* stream to stdout */
+	int shown;          /* show: the channel echoed last (-1: none yet) */
+} reply_buf;
+
+static void reply_init(reply_buf *b, const run_model *m, int mode, bool echo)
+{
+	memset(b, 0, sizeof *b);
+	b->mode = mode;
+	b->echo = echo;
+	b->shown = -1;
+	moe_error e;
+	if (moe_tokenizer_is_harmony(m->tok) && moe_harmony_new(&b->h, &e) < 0)
+		die_error(&e);
+}
+
+static void reply_free(reply_buf *b)
+{
+	free(b->final.buf);
+	free(b->reasoning.buf);
+	free(b->raw.buf);
+	moe_harmony_free(b->h);
+}
+
+static int reply_channel(void *user, moe_harmony_channel ch, const char *text, size_t len)
+{
+	reply_buf *b = user;
+	if (ch == MOE_HARMONY_FINAL)
+		emit_buffer(&b->final, NULL, text, len);
+	else if (ch == MOE_HARMONY_ANALYSIS)
+		emit_buffer(&b->reasoning, NULL, text, len);
+	if (!b->echo || b->mode == REASON_RAW || (b->mode == REASON_HIDE && ch != MOE_HARMONY_FINAL))
+		return 0;
+	if (b->mode == REASON_SHOW && (int)ch != b->shown) {
+		/* a new channel: its name in brackets (an answer that comes
+		 * first is not marked) */
+		if (b->shown >= 0 || ch != MOE_HARMONY_FINAL) {
+			char mark[64];
+			snprintf(mark, sizeof mark, "%s[%s] ", b->shown < 0 ? "" : "\n",
+				 moe_harmony_channel_name(ch));
+			write_out(mark, strlen(mark));
+		}
+		b->shown = (int)ch;
+	}
+	write_out(text, len);
+	flush_out();
+	return 0;
+}
+
+static int emit_reply(void *user, moe_req *r, const char *text, size_t len)
+{
+	reply_buf *b = user;
+	if (!b->h) {
+		text_buf *f = &b->final;
+		f->echo = b->echo;
+		return emit_buffer(f, r, text, len);
+	}
+	emit_buffer(&b->raw, r, text, len);
+	if (b->echo && b->mode == REASON_RAW) {
+		write_out(text, len);
+		flush_out();
+	}
+	return moe_harmony_feed(b->h, text, len, reply_channel, b) < 0 ? -1 : 0;
+}
+
+/* The end of the turn: what the parser held back. */
+static void reply_end(reply_buf *b)
+{
+	if (b->h && moe_harmony_finish(b->h, reply_channel, b) < 0)
+		die("out of memory");
+}
+
 static void report_speed(const run_opts *o, const run_model *m, const moe_req_result *r)
 {
 	if (!o->verbose)
@@ -771,19 +875,24 @@ static int run_chat(const run_opts *o, run_model *m, moe_error *e)
 		size_t plen;
 		if ((rc = render_prompt(o, m->tok, msgs, n, true, &prompt, &plen, e)) < 0)
 			break;
-		text_buf reply = {.echo = true};
+		reply_buf reply;
+		reply_init(&reply, m, o->reasoning, true);
 		moe_req_result res;
-		rc = generate(m, &o->rp, prompt, plen, true, seq, emit_buffer, &reply, &res, e);
+		rc = generate(m, &o->rp, prompt, plen, true, seq, emit_reply, &reply, &res, e);
 		free(prompt);
 		if (rc < 0) {
-			free(reply.buf);
+			reply_free(&reply);
 			break;
 		}
+		reply_end(&reply);
 		write_out("\n", 1);
 		flush_out();
 		report_speed(o, m, &res);
+		/* the history keeps the answer (the template drops the analysis) */
 		msgs[n].role = "assistant";
-		msgs[n].content = reply.buf ? reply.buf : strdup("");
+		msgs[n].content = reply.final.buf ? reply.final.buf : strdup("");
+		reply.final.buf = NULL;
+		reply_free(&reply);
 		if (!msgs[n].content)
 			die("out of memory");
 		n++;
@@ -804,7 +913,7 @@ typedef struct jsonl_item {
 	json_t *out;          /* the result line, once known */
 	json_t *id;           /* the request's "id" */
 	moe_req *req;
-	text_buf text;
+	reply_buf reply;
 	struct jsonl_batch *batch;
 } jsonl_item;
 
@@ -835,8 +944,16 @@ static void jsonl_done(void *user, moe_req *r)
 	it->out = json_object();
 	if (it->id)
 		json_object_set(it->out, "id", it->id);
-	json_object_set_new(it->out, "text", json_stringn(it->text.buf ? it->text.buf : "",
-							  it->text.len));
+	/* a harmony model's chat: the answer as text, the analysis apart
+	 * (--reasoning=raw: the text as generated) */
+	reply_buf *b = &it->reply;
+	reply_end(b);
+	const text_buf *t = b->h && b->mode == REASON_RAW ? &b->raw : &b->final;
+	json_object_set_new(it->out, "text", json_stringn(t->buf ? t->buf : "", t->len));
+	if (b->h && b->mode != REASON_RAW)
+		json_object_set_new(it->out, "reasoning_content",
+				    json_stringn(b->reasoning.buf ? b->reasoning.buf : "",
+						 b->reasoning.len));
 	json_object_set_new(it->out, "tokens", json_integer((json_int_t)res->n_gen));
 	json_object_set_new(it->out, "prompt_tokens", json_integer((json_int_t)res->n_prompt));
 	json_object_set_new(it->out, "finish_reason", json_string(moe_finish_name(res->finish)));
@@ -864,7 +981,7 @@ static void jsonl_flush(jsonl_batch *b)
 		json_decref(it->out);
 		json_decref(it->id);
 		moe_req_free(it->req);
-		free(it->text.buf);
+		reply_free(&it->reply);
 		free(it);
 	}
 	b->n = keep;
@@ -873,7 +990,7 @@ static void jsonl_flush(jsonl_batch *b)
 
 static int jsonl_text(void *user, moe_req *r, const char *text, size_t len)
 {
-	return emit_buffer(&((jsonl_item *)user)->text, r, text, len);
+	return emit_reply(&((jsonl_item *)user)->reply, r, text, len);
 }
 
 /* Parse one line into a submitted request (or an error result). */
@@ -895,6 +1012,11 @@ static void jsonl_submit(jsonl_batch *b, const char *line, size_t len, long line
 	}
 	if (in.id)
 		it->id = json_incref(in.id);
+	reply_init(&it->reply, b->m, b->o->reasoning, false);
+	if (!in.chat) { /* a raw prompt's text is passed on as it is */
+		moe_harmony_free(it->reply.h);
+		it->reply.h = NULL;
+	}
 	int32_t *ids = NULL;
 	size_t n;
 	moe_req_callbacks cb = {.text = jsonl_text, .done = jsonl_done, .user = it};

@@ -146,7 +146,8 @@ struct moe_tokenizer {
 	char *chat_template;
 	uint32_t n_named;        /* named chat templates */
 	char **named_names, **named_texts;
-	uint8_t *eog;            /* [n_tokens] bool */
+	uint8_t *eog;            /* [n_tokens] EOG_* bits (tokenizer.c) */
+	bool harmony;            /* gpt-oss's harmony markers are present */
 	moe_strmap tok_map;      /* token string -> id (last id wins) */
 
 	/* Special-token matching: candidates in priority order (longest

@@ -32,6 +32,30 @@ int moe_ids_push(moe_ids *ids, int32_t id)
 /* ----------------------------------------------------------------- build */
 
 /* Texts of tokens that end a turn (llama.cpp's end-of-generation list). */
+/* t->eog bits: generating the token ends the turn; the token's text is
+ * printed even without MOE_DETOK_SPECIAL (harmony's structure markers). */
+enum { EOG_END = 1, EOG_PRINT = 2 };
+
+/* gpt-oss's harmony markers (see moe_harmony_*): a vocabulary holding the
+ * first five is a harmony vocabulary.  Then the markers are printed, a
+ * turn ends at <|return|> or <|call|>, and <|end|> (in eog_texts, and
+ * often the EOT id) only ends a message inside the turn. */
+static void find_harmony(moe_tokenizer *t)
+{
+	static const char *const m[] = {"<|start|>", "<|message|>", "<|channel|>", "<|return|>",
+					"<|end|>", "<|call|>", "<|constrain|>"};
+	int64_t id[7];
+	for (int k = 0; k < 7; k++)
+		id[k] = moe_strmap_get(&t->tok_map, m[k], strlen(m[k]));
+	for (int k = 0; k < 5; k++)
+		if (id[k] < 0)
+			return;
+	t->harmony = true;
+	for (int k = 0; k < 7; k++)
+		if (id[k] >= 0)
+			t->eog[id[k]] = (uint8_t)(EOG_PRINT | (k == 3 || k == 5 ? EOG_END : 0));
+}
+
 static const char *const eog_texts[] = {
 	"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
 	"<|eom_id|>", "<EOT>",
@@ -264,6 +288,7 @@ static int build(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 	for (int k = MOE_SPECIAL_EOS; k <= MOE_SPECIAL_EOM; k++)
 		if (t->special[k] >= 0)
 			t->eog[t->special[k]] = 1;
+	find_harmony(t);
 	MOE_TRY(build_specials(t, e));
 
 	if (t->model == MOE_VOCAB_SPM || t->model == MOE_VOCAB_UGM) {
@@ -624,7 +649,12 @@ int32_t moe_tokenizer_special(const moe_tokenizer *t, moe_special which)
 
 bool moe_tokenizer_is_eog(const moe_tokenizer *t, int32_t id)
 {
-	return id >= 0 && (uint32_t)id < t->n_tokens && t->eog[id];
+	return id >= 0 && (uint32_t)id < t->n_tokens && (t->eog[id] & EOG_END);
+}
+
+bool moe_tokenizer_is_harmony(const moe_tokenizer *t)
+{
+	return t->harmony;
 }
 
 int moe_tokenizer_token_type(const moe_tokenizer *t, int32_t id)
@@ -649,7 +679,8 @@ const char *moe_tokenizer_piece(const moe_tokenizer *t, int32_t id, bool special
 		return NULL;
 	}
 	int type = t->types[id];
-	if (!special && (type == MOE_TOKEN_CONTROL || type == MOE_TOKEN_UNKNOWN)) {
+	if (!special && (type == MOE_TOKEN_CONTROL || type == MOE_TOKEN_UNKNOWN) &&
+	    !(t->eog[id] & EOG_PRINT)) {
 		*len = 0;
 		return t->pblob + t->poff[id];
 	}

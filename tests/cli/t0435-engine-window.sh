@@ -13,8 +13,10 @@
 #     choice;
 #   - memory: the peak KV bytes (engine-run's "kv:" line, moe_kv_stats) with
 #     the window slots bounded by window + slack, less than keeping all;
-# and moe-run --prompt-cache: a save after the window passed the prompt is
-# refused with a warning (the answer stands), and a load still works.
+# prefix sharing and rewinds past the window (tests/unit/engine-window, on
+# every kernel set); and moe-run --prompt-cache: a save after the window
+# passed the prompt is refused with a warning (the answer stands), and a
+# load still works.
 . "$top_srcdir/tests/cli/lib.sh"
 
 RUN="$top_builddir/tests/unit/engine-run"
@@ -89,6 +91,23 @@ print('%d steps, worst %.3g' % (len(steps), worst))
 sys.exit(0 if len(steps) == len(ids) and worst <= float(sys.argv[6]) else 1)
 EOF
 	ok $? "$name: every step's logits within $2 of the reference ($(tail -n 1 "$T/$name.steps"))"
+done
+
+# sharing and rewinds: the helper's TAP lines as ours
+HELPER="$top_builddir/tests/unit/engine-window"
+for type in f32 mxfp4; do
+	name=gpt-oss-$type
+	[ -s "$T/$name.uth" ] && [ -x "$HELPER" ] || continue
+	for isa in "" generic; do
+		MOE_ISA=$isa "$HELPER" "$T/$name.uth" "$name${isa:+ ($isa)}" >"$T/helper.out" 2>&1
+		while IFS= read -r line; do
+			case $line in
+			"ok "*) ok 0 "${line#ok * - }" ;;
+			"not ok "*) ok 1 "${line#not ok * - }" ;;
+			"#"*) echo "$line" ;;
+			esac
+		done <"$T/helper.out"
+	done
 done
 
 # moe-run: a prompt cache save once the window has passed the prompt is
