@@ -95,8 +95,12 @@ INLINE __m512i dot_scaled(__m512i acc, __m512i q, __m512i x, __m512i sc)
 				(s)[t_ * (lds) + r_] = _mm512_reduce_add_ps((acc)[r_][t_]); \
 	} while (0)
 
-/* The driver over tile shapes (see the file comment), and the vec_dot. */
-#define MOE_GEMM(name, TR, TT, DR)                                                             \
+/* The driver over tile shapes (see the file comment), and the vec_dot:
+ * TR x TT tiles while TT tokens remain; a last 2 or 3 tokens go together
+ * in R2 x 2 or R3 x 3 tiles where the type has them (R2, R3 non-zero: the
+ * weights are decoded once for the few tokens an expert gets in a step),
+ * else one token at a time in DR x 1 tiles. */
+#define MOE_GEMM_FEW(name, TR, TT, DR, R2, R3)                                                 \
 	static void name##_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw,          \
 				const void *x, size_t ldx, float *s, size_t lds)               \
 	{                                                                                      \
@@ -109,6 +113,24 @@ INLINE __m512i dot_scaled(__m512i acc, __m512i q, __m512i x, __m512i sc)
 			for (; r < nr; r++)                                                    \
 				name##_tile(1, TT, n, pw + r * ldw, ldw, px + t * ldx, ldx,    \
 					    s + t * lds + r, lds);                             \
+		}                                                                              \
+		if ((R2) && nt - t == 2) {                                                     \
+			for (r = 0; r + (R2) <= nr; r += (R2))                                 \
+				name##_tile(R2, 2, n, pw + r * ldw, ldw, px + t * ldx, ldx,    \
+					    s + t * lds + r, lds);                             \
+			for (; r < nr; r++)                                                    \
+				name##_tile(1, 2, n, pw + r * ldw, ldw, px + t * ldx, ldx,     \
+					    s + t * lds + r, lds);                             \
+			t = nt;                                                                \
+		}                                                                              \
+		if ((R3) && nt - t == 3) {                                                     \
+			for (r = 0; r + (R3) <= nr; r += (R3))                                 \
+				name##_tile(R3, 3, n, pw + r * ldw, ldw, px + t * ldx, ldx,    \
+					    s + t * lds + r, lds);                             \
+			for (; r < nr; r++)                                                    \
+				name##_tile(1, 3, n, pw + r * ldw, ldw, px + t * ldx, ldx,     \
+					    s + t * lds + r, lds);                             \
+			t = nt;                                                                \
 		}                                                                              \
 		for (; t < nt; t++) {                                                          \
 			for (r = 0; r + (DR) <= nr; r += (DR))                                 \
@@ -123,6 +145,7 @@ INLINE __m512i dot_scaled(__m512i acc, __m512i q, __m512i x, __m512i sc)
 	{                                                                                      \
 		name##_tile(1, 1, n, w, 0, x, 0, s, 0);                                        \
 	}
+#define MOE_GEMM(name, TR, TT, DR) MOE_GEMM_FEW(name, TR, TT, DR, 0, 0)
 
 /* Software prefetch of the weight rows, MOE_PF_DIST bytes ahead of where
  * each row of a tile is being read, into L2.  Rows are contiguous, so this
@@ -838,8 +861,8 @@ INLINE void q5_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 	k45_tile(1, R, T, n, w, ldw, x, ldx, s, lds);
 }
 
-MOE_GEMM(q4_k, 3, 4, 4)
-MOE_GEMM(q5_k, 2, 4, 4)
+MOE_GEMM_FEW(q4_k, 3, 4, 4, 4, 4)
+MOE_GEMM_FEW(q5_k, 2, 4, 4, 4, 4)
 
 /* ------------------------------------------------ prefill GEMM, K-quants
  *
@@ -1146,8 +1169,8 @@ INLINE void q3_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 	k23_tile(1, R, T, n, w, ldw, x, ldx, s, lds);
 }
 
-MOE_GEMM(q2_k, 2, 4, 4)
-MOE_GEMM(q3_k, 2, 4, 4)
+MOE_GEMM_FEW(q2_k, 2, 4, 4, 2, 2)
+MOE_GEMM_FEW(q3_k, 2, 4, 4, 2, 2)
 
 /* IQ4_XS: groups of 32 with 6-bit signed scales (ls - 32) over the IQ4_NL
  * code book.  Step p covers groups 2p and 2p+1, whose 16 code bytes each
@@ -1224,7 +1247,7 @@ INLINE void iq4_xs_tile(const int R, const int T, int64_t n, const uint8_t *w, s
 	STORE_TILE(R, T, acc, s, lds);
 }
 
-MOE_GEMM(iq4_xs, 2, 4, 4)
+MOE_GEMM_FEW(iq4_xs, 2, 4, 4, 2, 2)
 
 /* Q6_K: 64 elements per step c = 0..3 (half h = c / 2): the low (c even) or
  * high (c odd) nibbles of ql[64h .. 64h+63] with two bits of qh[32h ..
@@ -1324,7 +1347,7 @@ INLINE void q6_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 			s[t * lds + r] = acc4[(r * T + t) / 4][(r * T + t) % 4];
 }
 
-MOE_GEMM(q6_k, 2, 4, 4)
+MOE_GEMM_FEW(q6_k, 2, 4, 4, 4, 4)
 
 /* Q6_K through the rows-in-lanes GEMM: codes 0-63 in element order (the
  * same 64-element steps as the tile above), 16 groups of 16 with signed
