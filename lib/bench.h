@@ -424,7 +424,7 @@ typedef struct moe_budget_params {
 	int policy;            /* enum moe_experts_policy */
 	const char *profile;   /* warm start (moe-bench --expert-stats) or NULL */
 	double pin_fraction;
-	bool no_prefetch;
+	bool no_prefetch, no_overlap;
 	int n_prompt, n_gen, n_threads;
 	double disk_bw;        /* bytes/s for the I/O bound (0: none) */
 	const int32_t *ids;    /* a text fed one token at a time (n_ids >= n_prompt + n_gen
@@ -440,6 +440,8 @@ typedef struct moe_budget_row {
 	double hit_rate, prediction, prefetch_used; /* fractions */
 	double bytes_per_token; /* read from the disk */
 	double io_wait_s;
+	double overlap;         /* of the experts acquired, the share computed while
+				 * reads of their layer were still in flight */
 	double io_bound_tok_s;  /* disk_bw / bytes_per_token */
 	bool direct;
 } moe_budget_row;

@@ -23,10 +23,18 @@
  * whole layer of experts (n_expert slots), since one step may choose them
  * all; a smaller budget is an error naming the minimum.
  *
+ * Acquire comes in two halves (acquire_start / acquire_wait, model.h) so
+ * that the engine computes the cached experts while the misses are read and
+ * each miss as it lands.  Prefetch hints (router lookahead) are read only
+ * while they pay: more than half of the last 64 predicted-and-uncached
+ * experts were chosen, no read a layer waits for is in flight, at most 2
+ * at a time, and only into a free or cold slot (never evicting a warm one).
+ *
  * Thread safety: one store may serve several engines; its calls serialise
- * on a mutex.  Waiting for the disk blocks in the kernel (io_uring_wait_cqe
- * or pread), never spins.  A slot is never evicted while acquired, while its
- * read is in flight, or while pinned.
+ * on a mutex, which is held while waiting for the disk (blocking in the
+ * kernel in io_uring_wait_cqe or pread, never spinning), so engines sharing
+ * a store wait one at a time.  A slot is never evicted while acquired,
+ * while its read is in flight, or while pinned.
  */
 #ifndef MOE_EXPERTS_H
 #define MOE_EXPERTS_H
@@ -34,7 +42,8 @@
 #include "model.h"
 
 enum moe_experts_policy {
-	MOE_EXPERTS_LFRU = 0, /* default: frequency (decayed) then recency */
+	MOE_EXPERTS_LFRU = 0, /* default: use count decayed per visit of the expert's layer,
+			       * raised for layers that come round sooner */
 	MOE_EXPERTS_LRU = 1,  /* least recently used */
 };
 
@@ -67,6 +76,8 @@ typedef struct moe_experts_stats {
 	uint64_t prefetch_reads;      /* reads started by prefetch */
 	uint64_t prefetch_used;       /* ... whose expert was acquired before eviction */
 	uint64_t predicted, predicted_right; /* lookahead predictions; how many were chosen */
+	uint64_t candidates, candidates_chosen; /* ... of those not cached when predicted
+				       * (what prefetch would read); how many were chosen */
 	double io_wait;               /* seconds acquire spent blocked on the disk */
 	uint64_t overlapped;          /* experts handed over while reads of the same
 				       * acquire were still in flight: their math

@@ -40,6 +40,47 @@ typedef void (*moe_quantize_row_fn)(const float *x, void *y, int64_t n);
 typedef void (*moe_gemm_fn)(int64_t n, int nr, int nt, const void *w, size_t ldw,
 			    const void *x, size_t ldx, float *s, size_t lds);
 
+/* One tile of attention (flash-attention style): the query rows of one KV
+ * head — n_tok tokens of one sequence x the n_head query heads sharing that
+ * KV head — against the sequence's paged KV cache.  Row (t, i) attends to
+ * positions [lo[t], hi[t]) with softmax(scale * q.k) (plus the head's sink
+ * logit, if any, in the denominator) and writes its weighted sum of values.
+ *
+ * The cache is paged: positions [b * block_tokens, (b + 1) * block_tokens)
+ * of this layer and KV head are at k[b] and v[b] (the caller resolves the
+ * sequence's block ids), laid out as
+ *   F16:  K transposed, [dims][block_tokens] halves (dimension d of this
+ *         head at (uint16_t *)k[b] + d * block_tokens); V rows.
+ *   Q8_0: K and V rows.
+ * Rows are row_bytes apart.  Only the entries of blocks holding a position
+ * of some row's range are read: those before a sliding window's first block
+ * need not be set (the cache may have given them back).
+ *
+ * Batch-invariant: a row's output is the same bits whatever other rows are
+ * in the tile (kernels/attn_tile.h says how).  Levels differ from each
+ * other only by rounding. */
+typedef struct moe_attn_tile {
+	int kv_type;                  /* MOE_F16 or MOE_Q8_0 */
+	int head_dim, head_dim_v, block_tokens;
+	const uint8_t *const *k;      /* [block] this KV head's keys in the block */
+	const uint8_t *const *v;      /* [block] its values */
+	size_t row_bytes;
+	int n_tok, n_head;
+	const float *q;               /* row (t, i) at q + t * q_stride + i * head_dim */
+	int64_t q_stride;
+	float *out;                   /* row (t, i) at out + t * out_stride + i * head_dim_v */
+	int64_t out_stride;
+	const int32_t *lo, *hi;       /* [n_tok] */
+	const float *sink;            /* [n_head] or NULL */
+	float scale;
+	float *work;                  /* moe_attn_work_bytes(), 64-byte aligned, per thread */
+} moe_attn_tile;
+
+typedef void (*moe_attn_fn)(const moe_attn_tile *t);
+
+/* Bytes of work buffer moe_attn_tile needs for up to max_rows rows. */
+size_t moe_attn_work_bytes(int head_dim, int head_dim_v, int block_tokens, int max_rows);
+
 typedef struct moe_kernels {
 	moe_isa isa;
 	moe_vec_dot_fn vec_dot[MOE_DTYPE_MAX];           /* NULL: type unsupported */
@@ -50,6 +91,7 @@ typedef struct moe_kernels {
 	/* Tiled products for the types this ISA has them for; NULL: moe_matmul
 	 * loops over vec_dot instead (same results up to rounding). */
 	moe_gemm_fn gemm[MOE_DTYPE_MAX];
+	moe_attn_fn attn;                                /* never NULL */
 } moe_kernels;
 
 /* Kernels for the ISA chosen at run time. Never NULL. */

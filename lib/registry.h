@@ -130,6 +130,10 @@ typedef struct moe_pull_opts {
 	bool download_only;    /* fetch into the cache, do not convert or register */
 	moe_pull_progress_fn progress;
 	void *user;
+	volatile int *cancel;  /* nonzero (set from another thread): stop — checked
+				* about every second even while a server stalls;
+				* the file being downloaded is removed and
+				* moe_pull fails with MOE_EIO "cancelled" */
 } moe_pull_opts;
 
 /* Fetch, verify, convert and register.  On success *out describes the new

@@ -41,8 +41,10 @@ typedef struct moe_serve_params {
 	int idle_timeout;        /* seconds a connection may stay silent */
 	double keep_alive;       /* seconds an idle model stays loaded (< 0: forever) */
 	bool allow_paths;        /* accept model paths in requests */
-	const char *mem_budget;  /* per model: stream routed experts within SIZE
-				  * (moe_experts_parse_size, or "min"); NULL: all in memory */
+	const char *mem_budget;  /* SIZE (moe_experts_parse_size, no %) shared by
+				  * every loaded model: idle models unload to make
+				  * room, else experts stream in what is left; "min":
+				  * every model streamed at its minimum; NULL: no limit */
 	const char *chat_template; /* NULL: each model's own */
 	const char *version;     /* reported by /api/version */
 } moe_serve_params;

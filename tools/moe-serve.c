@@ -51,9 +51,10 @@ static void help(void)
 	       "      --keep-alive S       unload idle models after S seconds (default 300; -1 never)\n"
 	       "      --allow-paths        accept model paths in requests, and URLs and paths\n"
 	       "                           in /api/pull\n"
-	       "      --mem-budget SIZE    per model: weights in memory at most SIZE (e.g. 2G, 50%%,\n"
-	       "                           min), routed experts streamed from the file as in\n"
-	       "                           moe-run; statistics in /metrics\n"
+	       "      --mem-budget SIZE    weights of all loaded models together at most SIZE\n"
+	       "                           (e.g. 2G): idle models unload to make room, else a\n"
+	       "                           model's routed experts stream from its file as in\n"
+	       "                           moe-run; 'min': every model streamed at its minimum\n"
 	       "      --chat-template NAME a chat template for every model (default: its own)\n"
 	       "      --help               display this help and exit\n"
 	       "      --version            output version information and exit\n"
@@ -169,11 +170,11 @@ int main(int argc, char **argv)
 		}
 	}
 	if (p.mem_budget && strcmp(p.mem_budget, "min") != 0) {
-		/* the syntax now; the size against each model when it loads */
+		/* one size for all models: no percentage (of which model?) */
 		moe_error be = {0};
 		uint64_t b;
-		if (moe_experts_parse_size(p.mem_budget, UINT64_C(1) << 40, &b, &be) < 0)
-			usage_error("--mem-budget: %s", be.msg);
+		if (moe_experts_parse_size(p.mem_budget, 0, &b, &be) < 0)
+			usage_error("--mem-budget (shared by all models: a size or min): %s", be.msg);
 	}
 	if (optind < argc)
 		usage_error("unexpected argument '%s'", argv[optind]);

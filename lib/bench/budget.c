@@ -66,7 +66,8 @@ int moe_bench_budget(const moe_model *m, const moe_budget_params *p, moe_budget_
 		     moe_error *e)
 {
 	moe_experts_params xp = {.budget = p->budget, .policy = p->policy, .profile = p->profile,
-				 .pin_fraction = p->pin_fraction, .no_prefetch = p->no_prefetch};
+				 .pin_fraction = p->pin_fraction, .no_prefetch = p->no_prefetch,
+				 .no_overlap = p->no_overlap};
 	moe_expert_store *st = NULL;
 	moe_engine *eng = NULL;
 	moe_seq *seq = NULL;
@@ -115,6 +116,8 @@ int moe_bench_budget(const moe_model *m, const moe_budget_params *p, moe_budget_
 									    (double)s.prefetch_reads : 0,
 					.bytes_per_token = (double)s.bytes_read / p->n_gen,
 					.io_wait_s = s.io_wait,
+					.overlap = s.requests ? (double)s.overlapped /
+									(double)s.requests : 0,
 					.direct = s.direct};
 		row->io_bound_tok_s = row->bytes_per_token > 0 && p->disk_bw > 0
 					      ? p->disk_bw / row->bytes_per_token

@@ -33,6 +33,7 @@ typedef struct client {
 	struct curl_slist *headers;
 	one *runs;       /* [reps] */
 	int index;
+	unsigned run;    /* this run's number: prompts differ from earlier runs' */
 	pthread_t th;
 } client;
 
@@ -116,11 +117,12 @@ static void *client_main(void *arg)
 		if (c->socket_path)
 			curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->socket_path);
 		curl_easy_setopt(h, CURLOPT_HTTPHEADER, c->headers);
-		/* a prompt of its own per request (client and round first), so that
-		 * no server can answer from a prompt cache what a first request
-		 * would have to compute */
-		char head[48];
-		snprintf(head, sizeof head, "%d %d:", c->index, r);
+		/* a prompt of its own per request (run, client and round first), so
+		 * that no server can answer from a prompt cache what a first
+		 * request would have to compute — not even from an earlier run
+		 * against the same server (moe-serve keeps full KV blocks) */
+		char head[64];
+		snprintf(head, sizeof head, "%06u %d %d:", c->run, c->index, r);
 		json_t *b = json_loads(c->body, 0, NULL);
 		char *text = malloc(strlen(head) + strlen(c->p->prompt) + 1);
 		char *bs = NULL;
@@ -193,6 +195,7 @@ int moe_bench_endpoint_run(const moe_endpoint_params *p, moe_endpoint_result *re
 		snprintf(url, sizeof url, "%.*s/completions", (int)bl, base);
 	else
 		snprintf(url, sizeof url, "%.*s/v1/completions", (int)bl, base);
+	unsigned run = (unsigned)((uint64_t)(moe_time_now() * 1e6) % 1000000);
 	json_t *body = json_pack("{s:s,s:i,s:b,s:{s:b},s:b,s:f}", "prompt", "", "max_tokens",
 				 p->n_predict, "stream", 1, "stream_options", "include_usage", 1,
 				 "ignore_eos", 1, "temperature", 0.0);
@@ -221,7 +224,7 @@ int moe_bench_endpoint_run(const moe_endpoint_params *p, moe_endpoint_result *re
 	double t0 = moe_time_now();
 	int started = 0;
 	for (int i = 0; i < p->n_clients; i++) {
-		cs[i] = (client){.p = p, .index = i, .url = url, .socket_path = socket_path, .body = bs,
+		cs[i] = (client){.p = p, .index = i, .run = run, .url = url, .socket_path = socket_path, .body = bs,
 				 .headers = hd, .runs = runs + (size_t)i * p->reps};
 		if (pthread_create(&cs[i].th, NULL, client_main, &cs[i]) != 0)
 			break;

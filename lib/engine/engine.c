@@ -85,7 +85,7 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 		goto fail;
 	eng->kv_row_bytes = (size_t)rowb;
 	eng->kv_head_bytes = (size_t)headb;
-	eng->v_trans = eng->kv_type == MOE_F16;
+	eng->k_trans = eng->kv_type == MOE_F16;
 	if ((rc = moe_kv_init(eng, kv_size, block, p->kv_keep_all, e)) < 0)
 		goto fail;
 	if ((rc = moe_pool_create(&eng->pool, eng->n_threads, e)) < 0)
@@ -98,12 +98,10 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	size_t ff = max_sz(max_sz(hp->n_ff, hp->n_ff_exp), hp->n_ff_shexp);
 	size_t nx = hp->n_expert ? hp->n_expert : 1, k = hp->n_expert_used ? hp->n_expert_used : 1;
 	size_t half = hp->n_rot / 2 ? hp->n_rot / 2 : 1;
-	int kv_act = kt->vec_dot_type;
-	uint64_t qb = 0;
-	if (kv_act != MOE_F32 && (rc = moe_type_nbytes(kv_act, (uint64_t)hd, &qb, e)) < 0)
-		goto fail;
-	eng->q_bytes = (size_t)qb + 64;
-	eng->att_stride = (size_t)kv_size + (size_t)hd + 64;
+	int group = (int)(hp->n_head / hp->n_head_kv);
+	eng->attn_tile_tokens = group < ATTN_TILE_ROWS ? ATTN_TILE_ROWS / group : 1;
+	eng->attn_work_bytes = (moe_attn_work_bytes((int)hd, (int)hp->head_dim_v, block,
+						    eng->attn_tile_tokens * group) + 63) & ~(size_t)63;
 	eng->par_stride = (3 * EXP_PAR_MAX) * E + 2 * EXP_PAR_MAX * (size_t)hp->n_ff_exp;
 	eng->par_scratch_bytes = 64;
 	if (hp->n_expert) {
@@ -143,8 +141,10 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	    !(eng->active_w = moe_arena_alloc(a, nx * sizeof(moe_expert), 64)) ||
 	    !(eng->arrived = moe_arena_alloc(a, nx * sizeof(int), 64)) ||
 	    !(eng->scratch = moe_arena_alloc(a, 3 * eng->scratch_bytes, 64)) ||
-	    !(eng->att_scratch = FLOATS(nth * eng->att_stride)) ||
-	    !(eng->q_scratch = moe_arena_alloc(a, nth * eng->q_bytes, 64)) ||
+	    !(eng->attn_first = INTS(B + 1)) ||
+	    !(eng->attn_work = moe_arena_alloc(a, nth * eng->attn_work_bytes, 64)) ||
+	    !(eng->attn_blocks = moe_arena_alloc(a, nth * 2 * (size_t)eng->kv.n_blocks *
+							 sizeof *eng->attn_blocks, 64)) ||
 	    !(eng->par_buf = FLOATS(nth * eng->par_stride)) ||
 	    !(eng->par_scratch = moe_arena_alloc(a, nth * eng->par_scratch_bytes, 64)) ||
 	    !(eng->out_rows = FLOATS(B * hp->n_vocab)) || !(eng->want = INTS(B))) {

@@ -9,8 +9,9 @@
 
 /* One KV block: block_tokens positions of every layer.  Per layer, K holds
  * one row per position (kv_row_bytes, kv_type), V the same, except for an
- * F16 cache where V is transposed — [kv dims][block_tokens] — so the
- * weighted sum over positions is one dot product per output dimension. */
+ * F16 cache where K is transposed — [kv dims][block_tokens] — so that the
+ * attention kernel reads a dimension's keys contiguously, as it wants them
+ * (kernels.h, moe_attn_tile). */
 typedef struct kv_block {
 	int32_t ref;       /* sequences holding it */
 	bool cached;       /* full, its tokens known: reusable by a new sequence */
@@ -73,7 +74,7 @@ struct moe_engine {
 	int n_threads, n_batch, kv_type, n_ctx;
 	size_t kv_row_bytes;     /* one position's K (or V) in one layer */
 	size_t kv_head_bytes;    /* one head's slice of that row */
-	bool v_trans;
+	bool k_trans;            /* F16: K transposed per block */
 	kv_pool kv;
 	int n_seqs;
 	moe_arena arena;         /* every buffer below */
@@ -97,11 +98,14 @@ struct moe_engine {
 	int32_t *order;          /* [B*k] slots sorted by expert */
 	void *scratch;           /* quantised activations: 3 products' worth */
 	size_t scratch_bytes;    /* for one product */
-	/* attention, per thread: scores [n_ctx] + a value row [hd]; q quantised */
-	float *att_scratch;
-	size_t att_stride;
-	uint8_t *q_scratch;
-	size_t q_bytes;
+	/* attention: tiles of up to attn_tile_tokens tokens of one sequence,
+	 * tile i = tokens [attn_first[i], attn_first[i + 1]); per thread work
+	 * for the kernel (a block's keys and values as floats, the rows' sums) */
+	int attn_tile_tokens;
+	int32_t *attn_first;     /* [B + 1] */
+	uint8_t *attn_work;
+	size_t attn_work_bytes;
+	const uint8_t **attn_blocks; /* [thread][K, V][kv.n_blocks] a tile's block addresses */
 	/* experts run whole per thread (small steps): per thread input, gate,
 	 * up, output rows for up to EXP_PAR_MAX tokens, and product scratch */
 	float *par_buf;
@@ -126,6 +130,11 @@ struct moe_engine {
  * (decode of a few sequences); larger ones split each expert's rows over
  * the threads instead. */
 #define EXP_PAR_MAX 16
+
+/* Query rows (tokens x query heads of one KV head) per attention tile: the
+ * keys and values a tile decodes serve this many rows; smaller tiles would
+ * decode them more often, larger ones leave threads fewer tiles. */
+#define ATTN_TILE_ROWS 64
 
 /* kv.c */
 int moe_kv_init(moe_engine *eng, int n_tokens, int block_tokens, bool keep_all, moe_error *e);

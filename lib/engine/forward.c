@@ -204,112 +204,101 @@ static void rope(const moe_engine *eng, float *v, int t)
 
 typedef struct {
 	moe_engine *eng;
-	int il, B;
+	int il, n_items;
+	atomic_int next; /* the next (tile, KV head) to take */
 } attn_job;
 
-/* Each thread takes (token, head) pairs: scores q.k against the token's
- * sequence with the K type's dot kernel, causal softmax, then the weighted
- * sum of values (for F16, one dot product per output dimension and block
- * over the transposed V).  Block by block in position order: the same sums
- * whatever else the step holds. */
+/* Each thread takes (tile, KV head) items: a tile is up to attn_tile_tokens
+ * consecutive tokens of one sequence, and with the query heads sharing the
+ * KV head they are the rows of one kernel call (kernels.h, moe_attn_tile),
+ * which decodes each block of keys and values once for all of them.  A
+ * row's result does not depend on its tile, so a token gets the same bits
+ * in a prefill batch as alone. */
 static void attn_worker(void *arg, int ith, int nth)
 {
 	attn_job *j = arg;
 	moe_engine *eng = j->eng;
 	const moe_hparams *hp = &eng->m->hp;
-	const moe_kernels *k = eng->k;
-	int H = (int)hp->n_head, hd = (int)hp->head_dim, hdv = (int)hp->head_dim_v;
-	int group = H / (int)hp->n_head_kv, bt = eng->kv.block_tokens;
+	int H = (int)hp->n_head, Hkv = (int)hp->n_head_kv, hd = (int)hp->head_dim;
+	int hdv = (int)hp->head_dim_v, group = H / Hkv, bt = eng->kv.block_tokens;
 	/* the model's own q.k multiplier where it has one (Granite's
-	 * attention_scale), else 1/sqrt(hd) computed as before */
+	 * attention_scale), else 1/sqrt(hd) */
 	float scale = fabs(hp->kq_scale * sqrt((double)hd) - 1.0) > 1e-6 ? (float)hp->kq_scale
 									  : 1.0f / sqrtf((float)hd);
-	bool slide = moe_hparams_layer_slides(hp, (uint32_t)j->il);
-	float *scores = eng->att_scratch + (size_t)ith * eng->att_stride;
-	float *vrow = scores + eng->n_ctx;
-	void *qx = eng->q_scratch + (size_t)ith * eng->q_bytes;
-	int kv_act = moe_type_get(eng->kv_type)->vec_dot_type;
-	moe_vec_dot_fn kdot = k->vec_dot[eng->kv_type];
-	size_t rowb = eng->kv_row_bytes;
-	for (int th = ith; th < j->B * H; th += nth) {
-		int t = th / H, h = th % H, g = h / group;
-		const moe_seq *s = eng->st[t].seq;
-		int n_pos = eng->st[t].pos + 1; /* causal: positions 0..pos */
-		const float *q = eng->q + (int64_t)t * H * hd + (int64_t)h * hd;
-		const void *qa = q;
-		if (kv_act != MOE_F32) {
-			k->quantize_row[kv_act](q, qx, hd);
-			qa = qx;
+	/* sliding-window layers (gpt-oss): a token sees its last `window` positions */
+	int window = moe_hparams_layer_slides(hp, (uint32_t)j->il) ? (int)hp->sliding_window : 0;
+	const float *sinks = eng->m->layers[j->il].sinks; /* gpt-oss */
+	int32_t lo[ATTN_TILE_ROWS], hi[ATTN_TILE_ROWS];
+	const uint8_t **kp = eng->attn_blocks + (size_t)ith * 2 * eng->kv.n_blocks;
+	const uint8_t **vp = kp + eng->kv.n_blocks;
+	(void)nth;
+	for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
+		int tile = it / Hkv, g = it % Hkv, t0 = eng->attn_first[tile];
+		int n = eng->attn_first[tile + 1] - t0;
+		int first = INT32_MAX, last = 0;
+		for (int i = 0; i < n; i++) {
+			hi[i] = eng->st[t0 + i].pos + 1; /* causal */
+			lo[i] = window && hi[i] > window ? hi[i] - window : 0;
+			first = lo[i] < first ? lo[i] : first;
+			last = hi[i] > last ? hi[i] : last;
 		}
-		size_t koff = (size_t)g * eng->kv_head_bytes;
-		float mx = -FLT_MAX;
-		/* sliding-window layers (gpt-oss): keys before p0 take no weight;
-		 * reading starts at pf, p0's block when the cache keeps the
-		 * window only (its earlier rows may be given back, kv.c) */
-		int p0 = slide && n_pos > (int)hp->sliding_window ? n_pos - (int)hp->sliding_window : 0;
-		int pf = moe_kv_first(eng, j->il, n_pos - 1);
-		for (int p = pf; p < n_pos; p++) {
-			if (p < p0) {
-				scores[p] = -INFINITY;
-				continue;
-			}
-			const uint8_t *kb = moe_kv_k(eng, s->blocks[p / bt], j->il);
-			float sc;
-			kdot(hd, &sc, kb + (size_t)(p % bt) * rowb + koff, qa);
-			sc *= scale;
-			scores[p] = sc;
-			mx = sc > mx ? sc : mx;
+		/* the blocks the tile reads: from the earliest row's window
+		 * (kv.c may have given back the blocks before it) to the latest
+		 * row's position */
+		size_t koff = eng->k_trans ? (size_t)g * hd * bt * sizeof(uint16_t)
+					   : (size_t)g * eng->kv_head_bytes;
+		const int32_t *blocks = eng->st[t0].seq->blocks;
+		for (int b = first / bt; b <= (last - 1) / bt; b++) {
+			kp[b] = moe_kv_k(eng, blocks[b], j->il) + koff;
+			vp[b] = moe_kv_v(eng, blocks[b], j->il) + (size_t)g * eng->kv_head_bytes;
 		}
-		/* a sink (gpt-oss): one more logit in the denominator, no value */
-		const float *sink = eng->m->layers[j->il].sinks;
-		if (sink)
-			mx = sink[h] > mx ? sink[h] : mx;
-		double sum = sink ? expf(sink[h] - mx) : 0;
-		for (int p = pf; p < n_pos; p++)
-			sum += (scores[p] = expf(scores[p] - mx));
-		float inv = (float)(1.0 / sum);
-		for (int p = pf; p < n_pos; p++)
-			scores[p] *= inv;
-		float *o = eng->att + (int64_t)t * H * hdv + (int64_t)h * hdv;
-		memset(o, 0, (size_t)hdv * sizeof *o);
-		if (eng->v_trans) {
-			for (int b0 = pf; b0 < n_pos; b0 += bt) {
-				int nb = n_pos - b0 < bt ? n_pos - b0 : bt;
-				const uint16_t *vt = (const uint16_t *)moe_kv_v(eng, s->blocks[b0 / bt], j->il) +
-						     (size_t)g * hdv * bt;
-				for (int d = 0; d < hdv; d++) {
-					float part;
-					kdot(nb, &part, vt + (size_t)d * bt, scores + b0);
-					o[d] += part;
-				}
-			}
-		} else {
-			size_t voff = (size_t)g * eng->kv_head_bytes; /* hdv == hd (load.c) */
-			for (int p = pf; p < n_pos; p++) {
-				const uint8_t *vb = moe_kv_v(eng, s->blocks[p / bt], j->il);
-				row_to_float(eng, eng->kv_type, vb + (size_t)(p % bt) * rowb + voff, vrow, hdv);
-				for (int d = 0; d < hdv; d++)
-					o[d] += scores[p] * vrow[d];
-			}
-		}
+		moe_attn_tile t = {
+			.kv_type = eng->kv_type, .head_dim = hd, .head_dim_v = hdv, .block_tokens = bt,
+			.k = kp, .v = vp, .row_bytes = eng->kv_row_bytes,
+			.n_tok = n, .n_head = group,
+			.q = eng->q + (int64_t)t0 * H * hd + (int64_t)g * group * hd,
+			.q_stride = (int64_t)H * hd,
+			.out = eng->att + (int64_t)t0 * H * hdv + (int64_t)g * group * hdv,
+			.out_stride = (int64_t)H * hdv,
+			.lo = lo, .hi = hi, .sink = sinks ? sinks + g * group : NULL, .scale = scale,
+			.work = (float *)(eng->attn_work + (size_t)ith * eng->attn_work_bytes),
+		};
+		eng->k->attn(&t);
 	}
 }
 
-/* Store token t's k and v at its position in its sequence's block. */
+/* Store token t's k and v at its position in its sequence's block (an F16
+ * cache keeps K transposed: engine_int.h). */
 static void cache_store(moe_engine *eng, int il, int t, const float *k, const float *v,
 			int64_t kvd)
 {
 	const moe_step_token *st = &eng->st[t];
 	int bt = eng->kv.block_tokens, block = st->seq->blocks[st->pos / bt], slot = st->pos % bt;
 	const moe_type_traits *kt = moe_type_get(eng->kv_type);
-	kt->from_float(k, moe_kv_k(eng, block, il) + (size_t)slot * eng->kv_row_bytes, kvd);
-	uint8_t *vb = moe_kv_v(eng, block, il);
-	if (!eng->v_trans) {
-		kt->from_float(v, vb + (size_t)slot * eng->kv_row_bytes, kvd);
+	uint8_t *kb = moe_kv_k(eng, block, il);
+	kt->from_float(v, moe_kv_v(eng, block, il) + (size_t)slot * eng->kv_row_bytes, kvd);
+	if (!eng->k_trans) {
+		kt->from_float(k, kb + (size_t)slot * eng->kv_row_bytes, kvd);
 		return;
 	}
 	for (int64_t d = 0; d < kvd; d++)
-		((uint16_t *)vb)[d * bt + slot] = moe_f32_to_f16(v[d]);
+		((uint16_t *)kb)[d * bt + slot] = moe_f32_to_f16(k[d]);
+}
+
+/* Split the step's tokens into attention tiles: runs of up to
+ * attn_tile_tokens consecutive tokens of one sequence.  Returns how many. */
+static int attn_tiles(moe_engine *eng, int B)
+{
+	int n = 0;
+	for (int t = 0; t < B;) {
+		int t1 = t + 1;
+		while (t1 < B && t1 - t < eng->attn_tile_tokens && eng->st[t1].seq == eng->st[t].seq)
+			t1++;
+		eng->attn_first[n++] = t;
+		t = t1;
+	}
+	eng->attn_first[n] = B;
+	return n;
 }
 
 static void attention(moe_engine *eng, int il, int B)
@@ -352,7 +341,7 @@ static void attention(moe_engine *eng, int il, int B)
 			rope(eng, k + h * hd, t);
 		cache_store(eng, il, t, k, v, kvd);
 	}
-	attn_job j = {eng, il, B};
+	attn_job j = {eng, il, attn_tiles(eng, B) * (int)Hkv, 0};
 	moe_pool_run(eng->pool, attn_worker, &j);
 	matmul(eng, &L->wo, il, eng->att, B, eng->tmp, E);
 	if (L->bo)

@@ -63,25 +63,26 @@ static void row_copy(moe_seq *s, int il, int p, uint8_t *k, uint8_t *v, bool to_
 	moe_engine *eng = s->eng;
 	int bt = eng->kv.block_tokens, b = s->blocks[p / bt], slot = p % bt;
 	size_t rb = eng->kv_row_bytes;
-	uint8_t *kc = moe_kv_k(eng, b, il) + (size_t)slot * rb, *vc = moe_kv_v(eng, b, il);
+	uint8_t *kc = moe_kv_k(eng, b, il), *vc = moe_kv_v(eng, b, il) + (size_t)slot * rb;
 	if (to_cache)
-		memcpy(kc, k, rb);
+		memcpy(vc, v, rb);
 	else
-		memcpy(k, kc, rb);
-	if (!eng->v_trans) {
+		memcpy(v, vc, rb);
+	if (!eng->k_trans) {
 		if (to_cache)
-			memcpy(vc + (size_t)slot * rb, v, rb);
+			memcpy(kc + (size_t)slot * rb, k, rb);
 		else
-			memcpy(v, vc + (size_t)slot * rb, rb);
+			memcpy(k, kc + (size_t)slot * rb, rb);
 		return;
 	}
-	uint16_t *vt = (uint16_t *)vc, *row = (uint16_t *)v;
+	/* an F16 cache keeps K transposed (engine_int.h) */
+	uint16_t *kt = (uint16_t *)kc, *row = (uint16_t *)k;
 	size_t dims = rb / sizeof(uint16_t);
 	for (size_t d = 0; d < dims; d++) {
 		if (to_cache)
-			vt[d * bt + slot] = row[d];
+			kt[d * bt + slot] = row[d];
 		else
-			row[d] = vt[d * bt + slot];
+			row[d] = kt[d * bt + slot];
 	}
 }
 

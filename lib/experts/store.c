@@ -1,9 +1,11 @@
 /* store.c — the streamed expert store (experts.h): a cache of fixed-size,
  * 4096-aligned slots filled by one read per (layer, expert), O_DIRECT through
  * io_uring, with a pread fallback.  Every miss of an acquire is submitted
- * before the first wait, prefetch hints start reads without waiting, and a
- * read error of any kind makes the store fail every later call (a stale or
- * partial expert is never handed out). */
+ * before the first wait and experts are handed over as they land
+ * (acquire_start / acquire_wait); prefetch hints start reads only under the
+ * rule in pump(), never waiting; eviction is LFRU weighted by layer
+ * recurrence (score()) or LRU; a read error of any kind makes the store fail
+ * every later call (a stale or partial expert is never handed out). */
 
 #include "experts.h"
 
@@ -21,6 +23,12 @@
 #include <unistd.h>
 
 enum { SLOT_EMPTY, SLOT_LOADING, SLOT_READY };
+enum { PREDICTED = 1, CANDIDATE = 2 };
+
+/* LFRU: a use counts half after this many visits of the expert's layer. */
+#define HALF_LIFE 8.0
+/* prefetch: at most this many reads in flight, and the history window */
+enum { PF_MAX_INFLIGHT = 2, PF_WINDOW = 64, PF_MIN_HISTORY = 16 };
 
 typedef struct {
 	int32_t key;          /* layer * n_expert + expert, or -1 */
@@ -29,8 +37,10 @@ typedef struct {
 	uint8_t fault;        /* enum moe_experts_fault injected into this read */
 	bool pinned, by_prefetch;
 	bool held;            /* trickle test hook: read done, not yet handed over */
+	bool pf_read;         /* its read in flight was started by a prefetch */
 	uint64_t last_use;    /* tick of the last acquire */
-	double freq;          /* decayed use count at last_use */
+	uint64_t last_visit;  /* visits[its layer] at the last acquire (or prediction) */
+	double freq;          /* decayed use count at last_visit */
 	moe_weight w[3];      /* gate, up, down bound into the slot */
 } slot;
 
@@ -56,9 +66,18 @@ typedef struct {
 	slot *slots;
 	int32_t *where;       /* [n_layer * n_expert] slot or -1 */
 	span *spans;          /* [n_layer * n_expert]; len 0: not an expert */
-	bool *predicted;      /* [n_layer * n_expert] lookahead for the next acquire */
-	uint64_t tick;
-	double half_life;     /* LFRU: ticks over which a use counts half */
+	uint8_t *predicted;   /* [n_layer * n_expert] lookahead for the next acquire:
+			       * PREDICTED, or CANDIDATE (predicted and not cached) */
+	uint64_t tick;        /* acquires */
+	uint64_t *visits;     /* [n_layer] acquires of each layer */
+	int cur_layer;        /* of the last acquire */
+	/* prefetch (see pump): the latest hint's candidates, and whether the
+	 * last 64 candidates were chosen (bit 1) */
+	int32_t *pf_queue;    /* [n_expert] keys */
+	int pf_n, pf_next;
+	unsigned pf_inflight; /* prefetch reads in flight */
+	uint64_t pf_hist;
+	int pf_hist_n;
 	struct stat st0;
 	moe_experts_params p;
 	int fault_kind;
@@ -193,7 +212,7 @@ static void drop_slot(store *s, size_t i)
 		s->where[sl->key] = -1;
 	sl->key = -1;
 	sl->state = SLOT_EMPTY;
-	sl->by_prefetch = sl->pinned = sl->held = false;
+	sl->by_prefetch = sl->pinned = sl->held = sl->pf_read = false;
 	sl->freq = 0;
 }
 
@@ -315,6 +334,10 @@ static int go_buffered(store *s)
 static void read_done(store *s, size_t i, int64_t res)
 {
 	slot *sl = &s->slots[i];
+	if (sl->pf_read) {
+		sl->pf_read = false;
+		s->pf_inflight--;
+	}
 	if (sl->key < 0)
 		return;
 	const span *sp = &s->spans[sl->key];
@@ -366,22 +389,41 @@ static void read_done(store *s, size_t i, int64_t res)
 
 /* ------------------------------------------------------------ policy */
 
+/* The slot's decayed use count: uses per visit of its own layer, since the
+ * expert can be chosen only when its layer comes round (once per step). */
+static double decayed_freq(const store *s, const slot *sl)
+{
+	uint64_t age = s->visits[sl->key / s->n_expert] - sl->last_visit;
+	return sl->freq * exp2(-(double)age / HALF_LIFE);
+}
+
+/* Eviction order, lowest first.  LRU: the last acquire.  LFRU, weighted by
+ * layer recurrence: the decayed use count (about 12 x the chance of being
+ * chosen at the layer's next visit), raised by up to a quarter for experts
+ * whose layer comes round sooner.  Layers run in a loop, so of two experts
+ * equally likely to be chosen, the one of the layer that just ran is needed
+ * last: evicting it is what an oracle would do, and it stops the thrashing
+ * of plain recency when the cache holds less than one step's experts. */
 static double score(const store *s, const slot *sl)
 {
 	if (s->p.policy == MOE_EXPERTS_LRU)
 		return (double)sl->last_use;
-	/* frequency decayed by age: an expert used often recently beats one used once */
-	return sl->freq * exp2(-(double)(s->tick - sl->last_use) / s->half_life) +
-	       1e-9 * (double)sl->last_use;
+	int layer = sl->key / s->n_expert;
+	int d = (layer - s->cur_layer - 1 + 2 * s->n_layer) % s->n_layer; /* 0: the next layer */
+	double f = decayed_freq(s, sl);
+	if (sl->by_prefetch) /* a prediction counts as a use until its layer has come round */
+		f = s->visits[layer] == sl->last_visit ? 1.0 : 0.0;
+	return f * (1.0 + 0.25 * (1.0 - (double)d / s->n_layer));
 }
 
 static void touch(store *s, slot *sl)
 {
 	if (sl->key >= 0 && sl->state != SLOT_EMPTY && sl->last_use)
-		sl->freq = sl->freq * exp2(-(double)(s->tick - sl->last_use) / s->half_life) + 1;
+		sl->freq = decayed_freq(s, sl) + 1;
 	else
 		sl->freq = 1;
 	sl->last_use = s->tick;
+	sl->last_visit = s->visits[sl->key / s->n_expert];
 }
 
 /* A slot to (re)fill: empty first, else the lowest score among those not
@@ -437,6 +479,35 @@ static int check_file(store *s)
 }
 
 /* ------------------------------------------------------------ the seam */
+
+static void remember(store *s, bool chosen)
+{
+	s->st.candidates++;
+	s->st.candidates_chosen += chosen;
+	s->pf_hist = s->pf_hist << 1 | chosen;
+	if (s->pf_hist_n < PF_WINDOW)
+		s->pf_hist_n++;
+}
+
+/* The layer's lookahead predictions against what it chose: the accuracy
+ * statistics, and the history the prefetch rule (pump) reads. */
+static void score_predictions(store *s, int32_t base, const int32_t *ids, int n)
+{
+	uint8_t *pr = s->predicted + base;
+	for (int i = 0; i < n; i++) {
+		if (pr[ids[i]])
+			s->st.predicted_right++;
+		if (pr[ids[i]] == CANDIDATE)
+			remember(s, true);
+		pr[ids[i]] = 0;
+	}
+	for (int x = 0; x < s->n_expert; x++)
+		if (pr[x] == CANDIDATE)
+			remember(s, false);
+	memset(pr, 0, (size_t)s->n_expert * sizeof *pr);
+}
+
+static void pump(store *s);
 
 /* Give back every expert of ids this caller holds (an acquire that failed). */
 static void give_back(store *s, int32_t base, const int32_t *ids, int n)
@@ -513,11 +584,12 @@ static int st_acquire_start(moe_expert_store *pub, int layer, const int32_t *ids
 	store *s = (store *)pub;
 	pthread_mutex_lock(&s->mu);
 	s->tick++;
+	s->visits[layer]++;
+	s->cur_layer = layer;
 	int32_t base = layer * s->n_expert;
-	for (int i = 0; i < n; i++)
-		if (s->predicted[base + ids[i]])
-			s->st.predicted_right++;
-	memset(s->predicted + base, 0, (size_t)s->n_expert * sizeof *s->predicted);
+	score_predictions(s, base, ids, n);
+	if (s->pf_n && s->pf_queue[0] / s->n_expert == layer)
+		s->pf_n = s->pf_next = 0; /* the hint was for this acquire: too late now */
 	int misses = 0;
 	/* hits (and reads already in flight) first, so that no victim is one of ours */
 	for (int i = 0; i < n && !s->err; i++) {
@@ -528,6 +600,10 @@ static int st_acquire_start(moe_expert_store *pub, int layer, const int32_t *ids
 		}
 		slot *sl = &s->slots[w];
 		s->st.hits++;
+		if (sl->pf_read) { /* a prefetch this step waits for: a demand read now */
+			sl->pf_read = false;
+			s->pf_inflight--;
+		}
 		if (sl->by_prefetch) {
 			s->st.hits_prefetched++;
 			s->st.prefetch_used++;
@@ -576,7 +652,7 @@ static int st_acquire_wait(moe_expert_store *pub, int layer, const int32_t *ids,
 	store *s = (store *)pub;
 	pthread_mutex_lock(&s->mu);
 	int32_t base = layer * s->n_expert;
-	int r = 0, pending;
+	int r = 0, pending = 1;
 	while (!s->err) {
 		r = collect(s, base, ids, n, out, ready, &pending);
 		if (r || !pending || s->err)
@@ -590,6 +666,8 @@ static int st_acquire_wait(moe_expert_store *pub, int layer, const int32_t *ids,
 		}
 		reap_one(s, true);
 	}
+	if (!s->err && !pending)
+		pump(s); /* the layer's last read is in: the disk is free for the next layer's */
 	int rc = s->err;
 	if (rc) {
 		give_back(s, base, ids, n);
@@ -628,26 +706,59 @@ static void st_release(moe_expert_store *pub, int layer, const int32_t *ids, int
 		if (s->inflight == before)
 			break;
 	}
+	pump(s);
 	pthread_mutex_unlock(&s->mu);
 }
 
-static void st_prefetch(moe_expert_store *pub, int layer, const int32_t *ids, int n)
+/* A slot a prediction may take: empty, or holding an expert that is cold —
+ * not used in the last HALF_LIFE visits of its layer and worth less than
+ * half a use (a stale prediction counts nothing).  A warm expert is never
+ * evicted for a guess.  -1 if none. */
+static ssize_t cold_slot(store *s)
 {
-	store *s = (store *)pub;
-	pthread_mutex_lock(&s->mu);
-	int32_t base = layer * s->n_expert;
-	for (int i = 0; i < n; i++) {
-		s->predicted[base + ids[i]] = true;
-		s->st.predicted++;
-	}
-	/* only into free or evictable slots; never wait for the disk here */
-	for (int i = 0; i < n && !s->err && s->uring; i++) {
-		int32_t key = base + ids[i];
-		if (s->where[key] >= 0)
+	ssize_t v = victim(s);
+	if (v < 0)
+		return -1;
+	const slot *sl = &s->slots[v];
+	if (sl->state == SLOT_EMPTY)
+		return v;
+	int layer = sl->key / s->n_expert;
+	if (sl->by_prefetch)
+		return s->visits[layer] != sl->last_visit ? v : -1;
+	bool old = s->visits[layer] - sl->last_visit >= (uint64_t)HALF_LIFE;
+	return old && decayed_freq(s, sl) < 0.5 ? v : -1;
+}
+
+/* The prefetch rule.  Router lookahead predicts about two thirds of a
+ * layer's experts, but most right guesses are cached already; of the reads
+ * an unconditional prefetch started only a tenth were used, and they
+ * delayed the reads a layer was waiting for.  So start a candidate's read
+ * only while more than half of the last 64 candidates (predicted and not
+ * cached) were chosen, only when no read that a layer waits for is in
+ * flight, at most PF_MAX_INFLIGHT at a time, and only into a cold slot.
+ * Called whenever that may have changed: a hint, a layer's last arrival,
+ * a release.  The read of the next layer's experts then runs while this
+ * layer's last experts compute (double buffering across layers). */
+static void pump(store *s)
+{
+	if (!s->uring || s->err || s->pf_next >= s->pf_n)
+		return;
+	int used = __builtin_popcountll(s->pf_hist); /* bits above pf_hist_n are 0 */
+	if (s->pf_hist_n < PF_MIN_HISTORY || 2 * used <= s->pf_hist_n)
+		return;
+	while (s->pf_next < s->pf_n && s->inflight == s->pf_inflight &&
+	       s->pf_inflight < PF_MAX_INFLIGHT && !s->err) {
+		int32_t key = s->pf_queue[s->pf_next];
+		if (s->where[key] >= 0) {
+			s->pf_next++;
 			continue;
-		ssize_t v = victim(s);
-		if (v < 0)
+		}
+		ssize_t v = cold_slot(s);
+		if (v < 0) {
+			s->pf_next = s->pf_n; /* nothing cold now: the hint is dropped */
 			break;
+		}
+		s->pf_next++;
 		drop_slot(s, (size_t)v);
 		slot *sl = &s->slots[v];
 		sl->key = key;
@@ -655,11 +766,32 @@ static void st_prefetch(moe_expert_store *pub, int layer, const int32_t *ids, in
 		bind_slot(s, (size_t)v, key);
 		sl->by_prefetch = true;
 		sl->last_use = s->tick;
-		sl->freq = 0.5;
+		sl->last_visit = s->visits[key / s->n_expert];
 		s->st.prefetch_reads++;
 		start_read(s, (size_t)v);
+		sl->pf_read = true;
+		s->pf_inflight++;
 	}
 	submit(s);
+}
+
+/* A hint (router lookahead): remember the candidates, start what the rule
+ * allows now, never wait. */
+static void st_prefetch(moe_expert_store *pub, int layer, const int32_t *ids, int n)
+{
+	store *s = (store *)pub;
+	pthread_mutex_lock(&s->mu);
+	int32_t base = layer * s->n_expert;
+	s->pf_n = s->pf_next = 0;
+	for (int i = 0; i < n; i++) {
+		int32_t key = base + ids[i];
+		bool cached = s->where[key] >= 0;
+		s->predicted[key] = cached ? PREDICTED : CANDIDATE;
+		s->st.predicted++;
+		if (!cached)
+			s->pf_queue[s->pf_n++] = key;
+	}
+	pump(s);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -785,6 +917,8 @@ void moe_experts_close(moe_expert_store *pub)
 	free(s->where);
 	free(s->spans);
 	free(s->predicted);
+	free(s->visits);
+	free(s->pf_queue);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }
@@ -833,7 +967,6 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	}
 	s->n_layer = (int)hp->n_layer;
 	s->n_expert = (int)hp->n_expert;
-	s->half_life = 8.0 * s->n_layer;
 	env_fault(s);
 	env_trickle(s);
 	snprintf(s->path, sizeof s->path, "%s", m->file->path);
@@ -842,7 +975,9 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	s->where = malloc(nk * sizeof *s->where);
 	s->spans = calloc(nk, sizeof *s->spans);
 	s->predicted = calloc(nk, sizeof *s->predicted);
-	if (!s->where || !s->spans || !s->predicted) {
+	s->visits = calloc((size_t)s->n_layer, sizeof *s->visits);
+	s->pf_queue = calloc((size_t)s->n_expert, sizeof *s->pf_queue);
+	if (!s->where || !s->spans || !s->predicted || !s->visits || !s->pf_queue) {
 		rc = moe_err(e, MOE_ENOMEM, "out of memory");
 		goto fail;
 	}

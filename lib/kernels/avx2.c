@@ -1011,4 +1011,5 @@ void moe_kernels_fill_avx2(moe_kernels *k)
 	k->quantize_row[MOE_Q8_K] = quantize_row_q8_k;
 	k->to_float[MOE_F16] = f16_to_float;
 	k->to_float[MOE_BF16] = bf16_to_float;
+	k->attn = moe_attn_avx2; /* attn_avx2.c */
 }

@@ -398,4 +398,5 @@ void moe_kernels_fill_generic(moe_kernels *k)
 		if (tr)
 			k->to_float[t] = tr->to_float;
 	}
+	k->attn = moe_attn_generic; /* attn_generic.c */
 }

@@ -15,6 +15,10 @@
 void moe_kernels_fill_generic(moe_kernels *k);
 void moe_kernels_fill_avx2(moe_kernels *k);
 void moe_kernels_fill_avx512(moe_kernels *k);
+/* The attention tile per level (attn_*.c) */
+void moe_attn_generic(const moe_attn_tile *t);
+void moe_attn_avx2(const moe_attn_tile *t);
+void moe_attn_avx512(const moe_attn_tile *t);
 
 /* A 64-byte aligned buffer of at least `size` bytes owned by the calling
  * thread (freed when it ends; the next call may move it), or NULL when it

@@ -531,6 +531,9 @@ static int verify(dl_state *s, const char *path, moe_error *e)
 int moe_download(moe_dl *d, moe_error *e)
 {
 	dl_state s = {.d = d, .fd = -1};
+	char parts[4300], state[4400];
+	snprintf(parts, sizeof parts, "%s.moe-parts", d->dest);
+	snprintf(state, sizeof state, "%s.done", parts);
 	int k = snprintf(s.incomplete, sizeof s.incomplete, "%s.incomplete", d->dest);
 	if (k < 0 || (size_t)k >= sizeof s.incomplete)
 		return moe_err(e, MOE_ERANGE, "%s: path too long", d->dest);
@@ -568,9 +571,6 @@ int moe_download(moe_dl *d, moe_error *e)
 		rc = moe_err(e, MOE_ENOMEM, "curl_easy_init failed");
 		goto out;
 	}
-	char parts[4300], state[4400];
-	snprintf(parts, sizeof parts, "%s.moe-parts", d->dest);
-	snprintf(state, sizeof state, "%s.done", parts);
 	struct stat sst;
 	bool par_state = stat(state, &sst) == 0;
 	bool parallel = d->size != UINT64_MAX && s.have == 0 &&
@@ -607,6 +607,12 @@ int moe_download(moe_dl *d, moe_error *e)
 out:
 	if (s.fd >= 0)
 		close(s.fd);
+	if (rc < 0 && d->cfg->cancel && *d->cfg->cancel) {
+		/* cancelled (moe-serve's client left): no partial file stays */
+		unlink(s.incomplete);
+		unlink(parts);
+		unlink(state);
+	}
 	moe_digest_free(s.sha256);
 	moe_digest_free(s.sha1);
 	return rc;

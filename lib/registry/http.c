@@ -192,6 +192,14 @@ static int resolve_location(const char *base, const char *loc, char *out, size_t
 	return rc;
 }
 
+/* libcurl calls this about once a second even when no byte moves. */
+static int on_xferinfo(void *user, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	(void)dt, (void)dn, (void)ut, (void)un;
+	const moe_http_cfg *cfg = user;
+	return cfg->cancel && *cfg->cancel;
+}
+
 static int one_hop(CURL *h, const moe_http_cfg *cfg, const moe_http_req *q, const char *url,
 		   moe_http_resp *r, moe_error *e)
 {
@@ -227,6 +235,11 @@ static int one_hop(CURL *h, const moe_http_cfg *cfg, const moe_http_req *q, cons
 	/* A transfer that moves less than 1 byte/s for `t` seconds is dead. */
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, t);
+	if (cfg->cancel) {
+		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
+		curl_easy_setopt(h, CURLOPT_XFERINFODATA, cfg);
+		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+	}
 	if (q->method == MOE_HTTP_HEAD)
 		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
 	char range[64];
@@ -254,7 +267,7 @@ static int one_hop(CURL *h, const moe_http_cfg *cfg, const moe_http_req *q, cons
 		return moe_err(e, MOE_EFORMAT, "%s: response headers larger than libcurl accepts (%s)",
 			       url, errbuf[0] ? errbuf : curl_easy_strerror(cc));
 	if (cc != CURLE_OK) {
-		if (q->cancel && *q->cancel)
+		if ((q->cancel && *q->cancel) || (cfg->cancel && *cfg->cancel))
 			return moe_err(e, MOE_EIO, "%s: cancelled", url);
 		return moe_err(e, MOE_ENET, "%s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(cc));
 	}
@@ -338,6 +351,8 @@ int moe_http_request(CURL *h, const moe_http_cfg *cfg, moe_http_req *q, moe_http
 	for (int attempt = 0;; attempt++) {
 		int rc = moe_http_once(h, cfg, q, r, e);
 		bool again = rc == MOE_ENET || (rc == 0 && retryable_status(r->status));
+		if (again && cfg->cancel && *cfg->cancel)
+			return moe_err(e, MOE_EIO, "%s: cancelled", q->url);
 		if (!again)
 			return rc;
 		if (attempt >= retries) {
@@ -358,9 +373,11 @@ int moe_http_request(CURL *h, const moe_http_cfg *cfg, moe_http_req *q, moe_http
 		else
 			snprintf(why, sizeof why, "%s", e ? e->msg : "network error");
 		moe_log(MOE_LOG_INFO, "%s: %s; retrying in %.1f s", q->url, why, w);
-		moe_http_sleep(w);
+		/* in short naps, so a cancel need not wait out the backoff */
+		for (double left = w; left > 0 && !(cfg->cancel && *cfg->cancel); left -= 0.25)
+			moe_http_sleep(left < 0.25 ? left : 0.25);
 		wait = wait * 2 > 30 ? 30 : wait * 2;
-		if (q->cancel && *q->cancel)
+		if ((q->cancel && *q->cancel) || (cfg->cancel && *cfg->cancel))
 			return moe_err(e, MOE_EIO, "cancelled");
 		if (on_retry)
 			MOE_TRY(on_retry(user, q, e));

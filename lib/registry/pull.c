@@ -199,6 +199,7 @@ static void http_cfg(const moe_pull_opts *o, const moe_hub_env *env, moe_http_cf
 	cfg->retry_wait = o->retry_wait;
 	cfg->timeout = o->timeout;
 	cfg->max_redirects = 10;
+	cfg->cancel = o->cancel;
 }
 
 static int fetch_hub(const moe_pull_opts *o, const moe_source *src, const moe_hub_env *env,

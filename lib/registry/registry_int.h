@@ -41,6 +41,7 @@ typedef struct moe_http_cfg {
 	double retry_wait;
 	double timeout;
 	int max_redirects;
+	volatile int *cancel;  /* the pull's cancel flag (moe_pull_opts) or NULL */
 } moe_http_cfg;
 
 #define MOE_HTTP_HEADER_MAX (64 * 1024) /* all response headers together */

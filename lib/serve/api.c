@@ -28,6 +28,7 @@ typedef struct gen {
 	time_t created;
 	bool stream, include_usage, logprobs, role_sent;
 	int top_logprobs;
+	int num_ctx;           /* Ollama's options.num_ctx (0: the server's context) */
 	double t_start, t_loaded;
 	size_t text_offset;
 	serve_reply *reply;  /* harmony chat: answer and reasoning apart (reply.c) */
@@ -42,6 +43,15 @@ static bool is_ollama(kind k)
 #define ERR(r, g_ollama, status, code, param, ...) \
 	((g_ollama) ? http_ollama_error((r), (status), __VA_ARGS__) \
 		    : http_openai_error((r), (status), (code), (param), __VA_ARGS__))
+
+/* The status for a model slot_acquire could not take: 503 with
+ * Retry-After when it may work later (shutting down, or busy models hold
+ * the --mem-budget), 507 when the model does not fit the whole budget, 404
+ * for a path a client named that does not load, else 500. */
+static unsigned acquire_status(const slot *sl, int rc)
+{
+	return rc == MOE_ERANGE ? 503 : rc == MOE_ENOMEM ? 507 : sl->from_request ? 404 : 500;
+}
 
 /* --------------------------------------------------------- formatting */
 
@@ -446,9 +456,13 @@ static int ollama_normalise(gen *g, const json_t *body, json_t **out, moe_req_de
 				       g->sl->n_ctx);
 		json_object_set(q, "n_predict", v);
 	}
-	if (opt && (v = json_object_get(opt, "num_ctx")) && !json_is_null(v) &&
-	    (!json_is_integer(v) || json_integer_value(v) < 1))
-		return moe_err(e, MOE_EINVAL, "num_ctx must be a positive integer");
+	if (opt && (v = json_object_get(opt, "num_ctx")) && !json_is_null(v)) {
+		if (!json_is_integer(v) || json_integer_value(v) < 1)
+			return moe_err(e, MOE_EINVAL, "num_ctx must be a positive integer");
+		/* capped at the server's context (-c): the KV cache is that big */
+		json_int_t c = json_integer_value(v);
+		g->num_ctx = c < g->sl->n_ctx ? (int)c : g->sl->n_ctx;
+	}
 	json_t *sys = json_object_get(body, "system");
 	if (sys && !json_is_string(sys))
 		return moe_err(e, MOE_EINVAL, "system must be a string");
@@ -474,12 +488,15 @@ static int ollama_normalise(gen *g, const json_t *body, json_t **out, moe_req_de
 	return 0;
 }
 
+static void gen_free(void *p);
+
 /* Ollama's keep_alive: seconds (a number) or a duration ("10m", "1h",
- * "500ms", "30s"); negative: forever. */
-static int keep_alive(http_req *r, slot *sl, moe_error *e)
+ * "500ms", "30s"); negative: forever.  *given false when absent. */
+static int keep_alive_value(const json_t *body, double *out, bool *given, moe_error *e)
 {
-	json_t *ka = json_object_get(r->body, "keep_alive");
+	json_t *ka = json_object_get(body, "keep_alive");
 	double v;
+	*given = false;
 	if (!ka || json_is_null(ka))
 		return 0;
 	if (json_is_number(ka)) {
@@ -502,10 +519,57 @@ static int keep_alive(http_req *r, slot *sl, moe_error *e)
 	}
 	if (!isfinite(v))
 		return moe_err(e, MOE_EINVAL, "keep_alive must be finite");
-	pthread_mutex_lock(&r->srv->mu);
-	sl->keep_alive = v < 0 ? -1 : v;
-	pthread_mutex_unlock(&r->srv->mu);
+	*out = v < 0 ? -1 : v;
+	*given = true;
 	return 0;
+}
+
+static int keep_alive(http_req *r, slot *sl, moe_error *e)
+{
+	double v;
+	bool given;
+	MOE_TRY(keep_alive_value(r->body, &v, &given, e));
+	if (given) {
+		pthread_mutex_lock(&r->srv->mu);
+		sl->keep_alive = v;
+		pthread_mutex_unlock(&r->srv->mu);
+	}
+	return 0;
+}
+
+/* Ollama: keep_alive 0 and nothing to generate (no prompt, no messages)
+ * unloads the model without loading it first.  The answer's done_reason
+ * is "unload"; a busy model unloads when its requests end. */
+static bool unload_asked(const json_t *body, kind k)
+{
+	double v;
+	bool given;
+	moe_error e = {0};
+	if (keep_alive_value(body, &v, &given, &e) < 0 || !given || v != 0)
+		return false;
+	const json_t *p = json_object_get(body, k == K_OLLAMA_CHAT ? "messages" : "prompt");
+	return !p || json_is_null(p) || (json_is_string(p) && json_string_length(p) == 0) ||
+	       (json_is_array(p) && json_array_size(p) == 0);
+}
+
+static enum MHD_Result unload_now(http_req *r, gen *g)
+{
+	pthread_mutex_lock(&r->srv->mu);
+	g->sl->keep_alive = 0;
+	pthread_mutex_unlock(&r->srv->mu);
+	slot_unload(g->sl);
+	char ts[64];
+	rfc3339(ts, sizeof ts);
+	json_t *o = json_pack("{s:s,s:s}", "model", g->model, "created_at", ts);
+	if (g->k == K_OLLAMA_CHAT)
+		json_object_set_new(o, "message", json_pack("{s:s,s:s}", "role", "assistant", "content", ""));
+	else
+		json_object_set_new(o, "response", json_string(""));
+	json_object_set_new(o, "done", json_true());
+	json_object_set_new(o, "done_reason", json_string("unload"));
+	enum MHD_Result res = http_json(r, 200, o);
+	gen_free(g);
+	return res;
 }
 
 /* --------------------------------------------------------- generation */
@@ -551,15 +615,17 @@ static enum MHD_Result generate(http_req *r, kind k)
 		gen_free(g);
 		return ERR(r, ol, rc == MOE_ENOTFOUND ? 404 : 400, "model_not_found", "model", "%s", e.msg);
 	}
-	if ((rc = slot_acquire(g->sl, &e)) < 0) {
-		/* a path a client named that does not load is the client's mistake */
-		unsigned st = rc == MOE_ERANGE ? 503 : g->sl->from_request ? 404 : 500;
-		gen_free(g);
-		return ERR(r, ol, st, NULL, "model", "%s", e.msg);
-	}
-	g->t_loaded = moe_time_now();
 	snprintf(g->model, sizeof g->model, "%s", mv && json_is_string(mv) ? json_string_value(mv)
 								       : g->sl->name);
+	if (ol && unload_asked(r->body, k))
+		return unload_now(r, g);
+	if ((rc = slot_acquire(g->sl, &e)) < 0) {
+		/* a path a client named that does not load is the client's mistake */
+		unsigned st = acquire_status(g->sl, rc);
+		gen_free(g);
+		return ERR(r, ol, st, st == 507 ? "insufficient_memory" : NULL, "model", "%s", e.msg);
+	}
+	g->t_loaded = moe_time_now();
 	pthread_mutex_lock(&r->srv->mu);
 	snprintf(g->id, sizeof g->id, "%s-%llu", k == K_CHAT ? "chatcmpl" : "cmpl", ++r->srv->next_id);
 	pthread_mutex_unlock(&r->srv->mu);
@@ -599,9 +665,11 @@ static enum MHD_Result generate(http_req *r, kind k)
 		rc = moe_req_tokenize(tok, in.prompt, in.prompt_len, in.chat, &ids, &n_ids, &e);
 	if (rc == 0 && n_ids == 0)
 		rc = moe_err(&e, MOE_EINVAL, "the prompt is empty (no tokens)");
-	if (rc == 0 && n_ids >= (size_t)g->sl->n_ctx)
-		rc = moe_err(&e, MOE_ERANGE, "the prompt has %zu tokens; the context holds %d", n_ids,
-			     g->sl->n_ctx);
+	/* the request's context window: num_ctx (Ollama) within the server's */
+	int window = g->num_ctx > 0 ? g->num_ctx : g->sl->n_ctx;
+	if (rc == 0 && n_ids >= (size_t)window)
+		rc = moe_err(&e, MOE_ERANGE, "the prompt has %zu tokens; the context%s holds %d", n_ids,
+			     g->num_ctx > 0 ? " (num_ctx)" : "", window);
 	if (rc == 0 && !(j = job_new(g->sl)))
 		rc = moe_err(&e, MOE_ENOMEM, "out of memory"), status = 500;
 	if (rc == 0) {
@@ -609,6 +677,10 @@ static enum MHD_Result generate(http_req *r, kind k)
 		j->n_ids = n_ids;
 		ids = NULL;
 		j->params = in.params;
+		/* generation stops at the window: done_reason "length" */
+		int room = window - (int)n_ids;
+		if (g->num_ctx > 0 && (j->params.n_predict < 0 || j->params.n_predict > room))
+			j->params.n_predict = room;
 		j->hold = json_incref(in.json);
 		j->top_logprobs = g->logprobs ? g->top_logprobs : -1;
 		rc = slot_submit(g->sl, j, &e);
@@ -719,8 +791,10 @@ static enum MHD_Result list_models(http_req *r, bool ollama, bool only_loaded)
 							     "model", "created", (json_int_t)s->started, "owned_by", "moe"));
 			continue;
 		}
+		/* size: the weight bytes it holds (its share of --mem-budget) */
 		json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:s,s:o}", "name", sl->name, "model", sl->name,
-				      "modified_at", t, "size", (json_int_t)0, "digest", "",
+				      "modified_at", t, "size",
+				      (json_int_t)(sl->state == SLOT_READY ? sl->charge : 0), "digest", "",
 				      "details", details(sl));
 		if (only_loaded) {
 			char ex[40];
@@ -763,7 +837,7 @@ static enum MHD_Result show(http_req *r)
 	if (rc < 0)
 		return http_ollama_error(r, rc == MOE_ENOTFOUND ? 404 : 400, "%s", e.msg);
 	if ((rc = slot_acquire(sl, &e)) < 0)
-		return http_ollama_error(r, 500, "%s", e.msg);
+		return http_ollama_error(r, acquire_status(sl, rc), "%s", e.msg);
 	const moe_hparams *hp = &sl->model->hp;
 	char k[96];
 	json_t *info = json_pack("{s:s}", "general.architecture", hp->arch);
@@ -794,7 +868,7 @@ static enum MHD_Result tokenize(http_req *r, bool detok)
 	if (rc < 0)
 		return http_openai_error(r, rc == MOE_ENOTFOUND ? 404 : 400, "model_not_found", "model", "%s", e.msg);
 	if ((rc = slot_acquire(sl, &e)) < 0)
-		return http_openai_error(r, 500, NULL, NULL, "%s", e.msg);
+		return http_openai_error(r, acquire_status(sl, rc), NULL, NULL, "%s", e.msg);
 	const moe_tokenizer *tok = sl->model->tok;
 	enum MHD_Result res;
 	if (!detok) {
@@ -893,6 +967,20 @@ static enum MHD_Result metrics(http_req *r)
 	OUT("# HELP moe_model_loaded 1 if the model is resident.\n# TYPE moe_model_loaded gauge\n");
 	for (int i = 0; i < s->n_slots; i++)
 		OUT("moe_model_loaded{model=\"%s\"} %d\n", s->slots[i]->name, s->slots[i]->state == SLOT_READY);
+	OUT("# HELP moe_kv_shared_tokens_total Prompt tokens not computed: full KV blocks of an earlier prompt reused (since the model loaded).\n"
+	    "# TYPE moe_kv_shared_tokens_total counter\n");
+	for (int i = 0; i < s->n_slots; i++)
+		if (s->slots[i]->state == SLOT_READY)
+			OUT("moe_kv_shared_tokens_total{model=\"%s\"} %llu\n", s->slots[i]->name,
+			    (unsigned long long)s->slots[i]->kv.n_shared_tokens);
+	OUT("# HELP moe_model_weight_bytes Weight bytes a loaded model holds (its share of --mem-budget).\n"
+	    "# TYPE moe_model_weight_bytes gauge\n");
+	for (int i = 0; i < s->n_slots; i++)
+		if (s->slots[i]->state == SLOT_READY)
+			OUT("moe_model_weight_bytes{model=\"%s\"} %llu\n", s->slots[i]->name,
+			    (unsigned long long)s->slots[i]->charge);
+	OUT("# HELP moe_pulls_active /api/pull downloads running.\n# TYPE moe_pulls_active gauge\n"
+	    "moe_pulls_active %d\n", s->n_pulls);
 	OUT("# HELP moe_kv_blocks_used KV cache blocks in use.\n# TYPE moe_kv_blocks_used gauge\n");
 	for (int i = 0; i < s->n_slots; i++)
 		if (s->slots[i]->state == SLOT_READY)
@@ -1012,8 +1100,7 @@ static enum MHD_Result embeddings(http_req *r, emb_style style)
 	}
 	if ((rc = slot_acquire(sl, &e)) < 0) {
 		json_decref(inputs);
-		return ERR(r, ol, rc == MOE_ERANGE ? 503 : sl->from_request ? 404 : 500, NULL, "model",
-			   "%s", e.msg);
+		return ERR(r, ol, acquire_status(sl, rc), NULL, "model", "%s", e.msg);
 	}
 	double t_loaded = moe_time_now();
 	json_t *data = json_array();
@@ -1150,6 +1237,8 @@ typedef struct pull_job {
 	moe_error e;
 	moe_registry_entry en;
 	moe_serve *srv;
+	int fd;               /* the client's socket (disconnect checks) */
+	volatile int cancel;  /* the client left or the server stops */
 } pull_job;
 
 static void pull_unref(pull_job *p)
@@ -1208,14 +1297,29 @@ static void pull_progress(void *user, const moe_pull_event *ev)
 	pthread_mutex_unlock(&p->mu);
 }
 
+/* Off the server's list of pulls. */
+static void pull_unlist(pull_job *p)
+{
+	moe_serve *s = p->srv;
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < s->n_pulls; i++)
+		if (s->pull_cancel[i] == &p->cancel) {
+			s->pull_cancel[i] = s->pull_cancel[--s->n_pulls];
+			break;
+		}
+	pthread_mutex_unlock(&s->mu);
+}
+
 static void *pull_main(void *arg)
 {
 	pull_job *p = arg;
 	moe_pull_opts o = {.source = p->src, .retries = -1, .out_type = -1,
-			   .progress = pull_progress, .user = p};
+			   .progress = pull_progress, .user = p, .cancel = &p->cancel};
 	moe_registry_entry en;
 	moe_error e = {0};
 	int rc = moe_pull(&o, &en, &e);
+	/* off the server's list: from here on the server may go */
+	pull_unlist(p);
 	pthread_mutex_lock(&p->mu);
 	p->rc = rc;
 	p->e = e;
@@ -1236,22 +1340,33 @@ static void *pull_main(void *arg)
 	return NULL;
 }
 
+/* Wait for news, at most a quarter second (with p->mu). */
+static void pull_nap(pull_job *p)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 250000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+}
+
 static ssize_t pull_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	(void)pos;
 	pull_job *p = cls;
 	pthread_mutex_lock(&p->mu);
 	while (p->sent == p->len && !p->done) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
-		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
-		/* the server stops: end the stream (the pull goes on alone) */
-		pthread_mutex_lock(&p->srv->mu);
-		bool stopping = p->srv->stopping;
-		pthread_mutex_unlock(&p->srv->mu);
-		if (stopping)
-			break;
+		pull_nap(p);
+		/* the client left while nothing came (a stalled download):
+		 * stop the pull; its partial file is removed */
+		if (http_client_gone(p->fd)) {
+			p->cancel = 1;
+			pthread_mutex_unlock(&p->mu);
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		}
 	}
 	size_t n = p->len - p->sent;
 	if (n > max)
@@ -1262,9 +1377,34 @@ static ssize_t pull_read(void *cls, uint64_t pos, char *buf, size_t max)
 	return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
 }
 
+/* The response is over: sent whole, or the client went away mid-way. */
 static void pull_free(void *cls)
 {
-	pull_unref(cls);
+	pull_job *p = cls;
+	pthread_mutex_lock(&p->mu);
+	if (!p->done)
+		p->cancel = 1;
+	pthread_mutex_unlock(&p->mu);
+	pull_unref(p);
+}
+
+void api_stop_pulls(moe_serve *s)
+{
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < s->n_pulls; i++)
+		*s->pull_cancel[i] = 1;
+	pthread_mutex_unlock(&s->mu);
+	/* a cancelled download stops within about a second; the threads use
+	 * the server until they leave its list */
+	for (;;) {
+		pthread_mutex_lock(&s->mu);
+		int n = s->n_pulls;
+		pthread_mutex_unlock(&s->mu);
+		if (n == 0)
+			break;
+		struct timespec ts = {0, 10000000L};
+		nanosleep(&ts, NULL);
+	}
 }
 
 static unsigned pull_status(int rc)
@@ -1279,8 +1419,8 @@ static unsigned pull_status(int rc)
  * --allow-paths.  A failure before the first file (no such repo, ...) gets
  * its status code; once files are coming, a stream carries the status
  * objects as they come and a failure is its last line {"error": ...}.  A
- * client that leaves does not stop the pull (the library cannot be
- * interrupted); it ends and registers the model. */
+ * client that leaves, or SIGTERM, cancels the pull (the partial file is
+ * removed).  At most SERVE_MAX_PULLS run at once (then 503). */
 static enum MHD_Result pull(http_req *r)
 {
 	const char *src = model_arg(r);
@@ -1303,7 +1443,19 @@ static enum MHD_Result pull(http_req *r)
 	pthread_cond_init(&p->cv, NULL);
 	p->refs = 2;
 	p->srv = r->srv;
+	p->fd = r->fd;
 	p->stream = !sv || json_is_true(sv);
+	moe_serve *s = r->srv;
+	pthread_mutex_lock(&s->mu);
+	bool room = !s->stopping && s->n_pulls < SERVE_MAX_PULLS;
+	if (room)
+		s->pull_cancel[s->n_pulls++] = &p->cancel;
+	pthread_mutex_unlock(&s->mu);
+	if (!room) {
+		p->refs = 1;
+		pull_unref(p);
+		return http_ollama_error(r, 503, "%d pulls are running; retry later", SERVE_MAX_PULLS);
+	}
 	pull_add(p, json_pack("{s:s}", "status", "pulling manifest"));
 	pthread_t t;
 	pthread_attr_t at;
@@ -1312,13 +1464,22 @@ static enum MHD_Result pull(http_req *r)
 	int prc = pthread_create(&t, &at, pull_main, p);
 	pthread_attr_destroy(&at);
 	if (prc != 0) {
+		pull_unlist(p);
 		p->refs = 1;
 		pull_unref(p);
 		return http_ollama_error(r, 500, "cannot start a thread for the pull");
 	}
 	pthread_mutex_lock(&p->mu);
-	while (!p->done && !(p->stream && p->started))
-		pthread_cond_wait(&p->cv, &p->mu);
+	while (!p->done && !(p->stream && p->started)) {
+		pull_nap(p);
+		if (http_client_gone(p->fd)) {
+			/* left before the first byte: cancel; the thread ends alone */
+			p->cancel = 1;
+			pthread_mutex_unlock(&p->mu);
+			pull_unref(p);
+			return MHD_NO;
+		}
+	}
 	bool done = p->done;
 	int rc = p->rc;
 	pthread_mutex_unlock(&p->mu);

@@ -3,6 +3,7 @@
  * key, Host header, CORS), responses, streaming and disconnect detection.
  * Endpoints live in api.c. */
 #include "serve/serve_int.h"
+#include "experts.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -626,7 +627,13 @@ int moe_serve_start(moe_serve **out, const moe_serve_params *p, moe_error *e)
 	s->version = strdup(p->version ? p->version : "0");
 	s->started = time(NULL);
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->mem_cv, NULL);
 	int rc = 0;
+	if (p->mem_budget && strcmp(p->mem_budget, "min") == 0)
+		s->budget_min = true;
+	else if (p->mem_budget &&
+		 (rc = moe_experts_parse_size(p->mem_budget, 0, &s->budget, e)) < 0)
+		moe_err_prefix(e, "--mem-budget (one size shared by all models, or min)");
 	for (size_t i = 0; i < p->n_models && rc == 0; i++)
 		rc = slot_add(s, p->models[i], e);
 	if (rc == 0 && s->host)
@@ -670,6 +677,7 @@ void moe_serve_stop(moe_serve *s)
 	if (s->unix_d)
 		MHD_quiesce_daemon(s->unix_d);
 	slot_stop_all(s);
+	api_stop_pulls(s);
 	/* let the connection threads send the ends of their answers (bounded) */
 	for (int i = 0; i < 500; i++) {
 		pthread_mutex_lock(&s->mu);
@@ -696,6 +704,7 @@ void moe_serve_stop(moe_serve *s)
 		free(s->slots[i]);
 	}
 	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->mem_cv);
 	free(s->api_key);
 	free(s->cors);
 	free(s->host);

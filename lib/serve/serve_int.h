@@ -13,6 +13,7 @@
 
 #define SERVE_MAX_SLOTS 32
 #define SERVE_MAX_TOP_LOGPROBS 20
+#define SERVE_MAX_PULLS 8       /* /api/pull at once (then 503) */
 
 typedef struct moe_serve moe_serve;
 typedef struct slot slot;
@@ -35,7 +36,12 @@ struct slot {
 	moe_model *model;      /* READY: read by connection threads holding `users` */
 	moe_engine *eng;       /* the scheduler thread's alone */
 	moe_sched *sched;
-	moe_expert_store *experts; /* --mem-budget: streamed experts, else NULL */
+	moe_expert_store *experts; /* streamed experts (no room for all), else NULL */
+	uint64_t charge;       /* bytes of the memory budget it holds (its weights
+				* or, streamed, its store's budget); 0 unloaded */
+	bool evict;            /* asked to unload when idle (budget, keep_alive 0);
+				* cleared by its thread, which broadcasts mem_cv */
+	int load_code;         /* FAILED: the moe_error code of the load */
 	bool from_request;     /* a path from a request (--allow-paths) */
 	bool preload;          /* load now (the default model at start) */
 	int users;             /* connection threads using model/tokenizer */
@@ -95,6 +101,12 @@ struct moe_serve {
 	slot *slots[SERVE_MAX_SLOTS];
 	int n_slots;
 	bool stopping;
+	uint64_t budget;       /* --mem-budget SIZE shared by all models (0: none) */
+	bool budget_min;       /* --mem-budget min: each model streamed at its minimum */
+	pthread_cond_t mem_cv; /* a slot gave memory back (or refused to) */
+	/* the running pulls' cancel flags (api.c), so SIGTERM stops them */
+	volatile int *pull_cancel[SERVE_MAX_PULLS];
+	int n_pulls;
 	int n_inflight;         /* generation requests not yet answered */
 	struct MHD_Daemon *tcp, *unix_d;
 	int tcp_fd, unix_fd, port;
@@ -115,6 +127,9 @@ int slot_find(moe_serve *s, const char *name, slot **out, moe_error *e);
  * waits.  MOE_EIO/... when it cannot be loaded (message in e). */
 int slot_acquire(slot *sl, moe_error *e);
 void slot_release(slot *sl);
+/* Unload a model now if it is idle (keep_alive 0), else when its requests
+ * end.  Caller without the mutex. */
+void slot_unload(slot *sl);
 int slot_start(slot *sl, moe_error *e);
 void slot_stop_all(moe_serve *s);
 /* Queue a job (refs taken); MOE_ERANGE when the queue is full. */
@@ -180,5 +195,7 @@ int serve_reply_template_vars(json_t *q, const json_t *body, bool ollama, bool *
 
 /* -------------------------------------------------------------- api.c */
 enum MHD_Result api_dispatch(http_req *r);
+/* Cancel the running pulls and wait for their threads (moe_serve_stop). */
+void api_stop_pulls(moe_serve *s);
 
 #endif

@@ -220,6 +220,96 @@ static void unload(slot *sl)
 	sl->model = NULL;
 }
 
+/* Unloaded by its own thread: the memory is back, so a loader waiting for
+ * room may go on.  Called with the mutex. */
+static void gave_back_locked(slot *sl)
+{
+	sl->charge = 0;
+	sl->evict = false;
+	pthread_cond_broadcast(&sl->srv->mem_cv);
+}
+
+static double mib(uint64_t b)
+{
+	return (double)b / (1024.0 * 1024.0);
+}
+
+/* Room for sl's model (just mapped) under the shared --mem-budget, as
+ * Ollama does it: all its weights if they fit beside the others; else idle
+ * models are unloaded, least recently used first, until they fit; if the
+ * rest are busy, its routed experts are streamed within the room left
+ * (*stream: that budget, else 0 = all in memory).  The bytes are reserved
+ * (sl->charge) before the mutex is let go, so two loads never both count
+ * the same room.  MOE_ENOMEM when the model cannot fit even alone (507),
+ * MOE_ERANGE when the room is held by busy models (503, retry). */
+static int reserve(slot *sl, uint64_t *stream, moe_error *e)
+{
+	moe_serve *s = sl->srv;
+	const moe_model *m = sl->model;
+	uint64_t fixed = moe_experts_fixed_bytes(m);
+	uint64_t full = fixed + moe_experts_total_bytes(m);
+	/* the smallest streamed footprint: one layer of experts cached */
+	uint64_t min = fixed + (uint64_t)m->hp.n_expert * moe_experts_slot_bytes(m);
+	int rc = 0;
+	*stream = 0;
+	pthread_mutex_lock(&s->mu);
+	if (s->budget_min) {
+		/* as moe-run --mem-budget min: each model at its minimum */
+		*stream = min;
+		sl->charge = min;
+	} else if (!s->budget) {
+		sl->charge = full;
+	} else if ((full < min ? full : min) > s->budget) {
+		rc = moe_err(e, MOE_ENOMEM,
+			     "model '%s' needs at least %.1f MiB (its non-expert weights and one layer "
+			     "of experts), more than the whole --mem-budget (%.1f MiB)",
+			     sl->name, mib(full < min ? full : min), mib(s->budget));
+	} else {
+		for (;;) {
+			uint64_t used = 0;
+			slot *victim = NULL;
+			for (int i = 0; i < s->n_slots; i++) {
+				slot *o = s->slots[i];
+				if (o == sl)
+					continue;
+				used += o->charge;
+				if (o->state == SLOT_READY && o->charge && o->users == 0 && o->n_jobs == 0 &&
+				    !o->evict && (!victim || o->idle_since < victim->idle_since))
+					victim = o;
+			}
+			uint64_t room = s->budget > used ? s->budget - used : 0;
+			if (full <= room) {
+				sl->charge = full;
+				break;
+			}
+			if (s->stopping) {
+				rc = moe_err(e, MOE_ERANGE, "the server is shutting down");
+				break;
+			}
+			if (victim) {
+				/* its thread unloads it, or says it got busy */
+				victim->evict = true;
+				pthread_cond_signal(&victim->cv);
+				while (victim->evict && !s->stopping)
+					pthread_cond_wait(&s->mem_cv, &s->mu);
+				continue;
+			}
+			if (room >= min) {
+				*stream = room;
+				sl->charge = room;
+				break;
+			}
+			rc = moe_err(e, MOE_ERANGE,
+				     "no room for model '%s' now: it needs at least %.1f MiB and busy "
+				     "models hold %.1f MiB of the %.1f MiB --mem-budget; retry later",
+				     sl->name, mib(min), mib(used), mib(s->budget));
+			break;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
 static int load(slot *sl, moe_error *e)
 {
 	moe_serve *s = sl->srv;
@@ -227,21 +317,16 @@ static int load(slot *sl, moe_error *e)
 	moe_engine_params ep = {.n_threads = s->p.n_threads, .kv_size = s->p.kv_size,
 				.n_batch = s->p.n_batch};
 	moe_sched_params sp = {.n_parallel = s->p.n_parallel};
+	moe_experts_params xp = {0};
 	int rc = moe_model_load(&sl->model, sl->path, e);
 	if (rc == 0 && !sl->model->tok)
 		rc = moe_err(e, MOE_EUNSUPPORTED, "%s: the model has no tokenizer", sl->path);
-	if (rc == 0 && s->p.mem_budget) {
+	if (rc == 0)
+		rc = reserve(sl, &xp.budget, e);
+	if (rc == 0 && xp.budget) {
 		/* as moe-run --mem-budget: routed experts streamed from the file
 		 * through a cache; the rest of the weights stay in memory */
-		moe_experts_params xp = {0};
-		uint64_t all = moe_experts_fixed_bytes(sl->model) + moe_experts_total_bytes(sl->model);
-		if (strcmp(s->p.mem_budget, "min") == 0)
-			xp.budget = moe_experts_fixed_bytes(sl->model) +
-				    (uint64_t)sl->model->hp.n_expert * moe_experts_slot_bytes(sl->model);
-		else
-			rc = moe_experts_parse_size(s->p.mem_budget, all, &xp.budget, e);
-		if (rc == 0)
-			rc = moe_experts_open(&sl->experts, sl->model, &xp, e);
+		rc = moe_experts_open(&sl->experts, sl->model, &xp, e);
 		ep.experts = sl->experts;
 	}
 	if (rc == 0)
@@ -250,6 +335,9 @@ static int load(slot *sl, moe_error *e)
 		rc = moe_sched_new(&sl->sched, sl->eng, &sp, e);
 	if (rc < 0) {
 		unload(sl);
+		pthread_mutex_lock(&s->mu);
+		gave_back_locked(sl);
+		pthread_mutex_unlock(&s->mu);
 		return rc;
 	}
 	sl->n_ctx = moe_engine_n_ctx(sl->eng);
@@ -275,11 +363,14 @@ static void *slot_main(void *arg)
 		if (sl->state == SLOT_UNLOADED && (sl->users > 0 || sl->inbox || sl->preload)) {
 			sl->state = SLOT_LOADING;
 			sl->preload = false;
+			/* a request's keep_alive lasts while it stays loaded */
+			sl->keep_alive = s->p.keep_alive;
 			pthread_mutex_unlock(&s->mu);
 			moe_error e = {0};
 			int rc = load(sl, &e);
 			pthread_mutex_lock(&s->mu);
 			sl->state = rc < 0 ? SLOT_FAILED : SLOT_READY;
+			sl->load_code = rc;
 			if (rc < 0)
 				snprintf(sl->load_error, sizeof sl->load_error, "%s", e.msg);
 			sl->idle_since = moe_time_now();
@@ -360,14 +451,21 @@ static void *slot_main(void *arg)
 				act.v[i]->cancel_sent = true;
 				cancel[n_cancel++] = act.v[i];
 			}
+		bool idle = act.n == 0 && sl->users == 0 && !sl->inbox;
+		if (sl->evict && !idle) {
+			/* busy again: the loader that asked looks elsewhere */
+			sl->evict = false;
+			pthread_cond_broadcast(&s->mem_cv);
+		}
 		if (act.n == 0) {
 			double now = moe_time_now();
-			if (sl->users == 0 && sl->keep_alive >= 0 &&
-			    now >= sl->idle_since + sl->keep_alive) {
+			if (idle && (sl->evict || (sl->keep_alive >= 0 &&
+						   now >= sl->idle_since + sl->keep_alive))) {
 				sl->state = SLOT_UNLOADED;
 				pthread_mutex_unlock(&s->mu);
 				unload(sl);
 				pthread_mutex_lock(&s->mu);
+				gave_back_locked(sl);
 				continue;
 			}
 			if (sl->keep_alive >= 0 && sl->users == 0) {
@@ -437,6 +535,9 @@ static void *slot_main(void *arg)
 	pthread_mutex_unlock(&s->mu);
 	free(act.v);
 	unload(sl);
+	pthread_mutex_lock(&s->mu);
+	gave_back_locked(sl);
+	pthread_mutex_unlock(&s->mu);
 	return NULL;
 }
 
@@ -662,7 +763,11 @@ int slot_acquire(slot *sl, moe_error *e)
 	if (s->stopping)
 		rc = moe_err(e, MOE_ERANGE, "the server is shutting down");
 	else if (sl->state == SLOT_FAILED)
-		rc = moe_err(e, MOE_EIO, "model '%s' cannot be loaded: %s", sl->name, sl->load_error);
+		/* the load's own code: MOE_ERANGE (no room now) and MOE_ENOMEM
+		 * (too big for the budget) have statuses of their own */
+		rc = moe_err(e, sl->load_code == MOE_ERANGE || sl->load_code == MOE_ENOMEM ?
+				 sl->load_code : MOE_EIO,
+			     "model '%s' cannot be loaded: %s", sl->name, sl->load_error);
 	if (rc < 0)
 		sl->users--;
 	pthread_mutex_unlock(&s->mu);
@@ -679,10 +784,26 @@ void slot_release(slot *sl)
 	pthread_mutex_unlock(&s->mu);
 }
 
+void slot_unload(slot *sl)
+{
+	moe_serve *s = sl->srv;
+	pthread_mutex_lock(&s->mu);
+	if (sl->state == SLOT_READY && !sl->evict) {
+		sl->evict = true;
+		pthread_cond_signal(&sl->cv);
+		/* its thread unloads it, or, busy, clears the flag (keep_alive 0
+		 * then unloads it when its requests end) */
+		while (sl->evict && !s->stopping)
+			pthread_cond_wait(&s->mem_cv, &s->mu);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
 void slot_stop_all(moe_serve *s)
 {
 	pthread_mutex_lock(&s->mu);
 	s->stopping = true;
+	pthread_cond_broadcast(&s->mem_cv);
 	for (int i = 0; i < s->n_slots; i++)
 		pthread_cond_broadcast(&s->slots[i]->cv);
 	pthread_mutex_unlock(&s->mu);

@@ -7,10 +7,13 @@ requests, raw sockets where the bytes on the wire matter), kills it at the
 end, and prints TAP.  Every wait is bounded.
 
 usage: serve_client.py MOE_SERVE MODEL MOE_RUN TMPDIR [REF_GGUF REF_UTH]
+       serve_client.py --part memory MOE_SERVE MODEL MOE_RUN TMPDIR MOE_UTH
 
 With REF_GGUF/REF_UTH (a generated F32 model and its conversion), the
 embeddings are also checked against the numpy reference
-(serve_embed_ref.py).
+(serve_embed_ref.py).  --part memory (t0920-serve-memory.sh) tests the
+shared --mem-budget with MOE_UTH (a small generated MoE model; MODEL, the
+dense demo model, plays the busy one) and Ollama's num_ctx.
 """
 import base64
 import http.client
@@ -24,8 +27,12 @@ import sys
 import threading
 import time
 
-SERVE, MODEL, RUN, TMP = sys.argv[1:5]
-REF_GGUF, REF_UTH = (sys.argv[5:7] + [None, None])[:2]
+ARGS = sys.argv[1:]
+PART = "main"
+if ARGS[:1] == ["--part"]:
+    PART, ARGS = ARGS[1], ARGS[2:]
+SERVE, MODEL, RUN, TMP = ARGS[0:4]
+REF_GGUF, REF_UTH = (ARGS[4:6] + [None, None])[:2]
 n_test = 0
 n_fail = 0
 
@@ -648,12 +655,24 @@ def test_keep_alive():
        "(load_duration %s ns)" % j.get("load_duration"), j)
     time.sleep(1.5)
     ok(len(srv.json("GET", "/api/ps")[1]["models"]) == 1, "keep_alive from the request holds it", None)
-    st, j = srv.json("POST", "/api/generate", {"model": "moe-demo", "keep_alive": 0})
+    st, j = srv.json("POST", "/api/generate", {"model": "moe-demo", "keep_alive": "5m"})
     ok(st == 200 and j["done_reason"] == "load", "empty prompt: load only", j)
+    st, j = srv.json("POST", "/api/generate", {"model": "moe-demo", "keep_alive": 0})
+    ok(st == 200 and j["done"] and j["done_reason"] == "unload" and j["response"] == "",
+       "keep_alive 0 and no prompt: done_reason unload", j)
+    # an idle model is unloaded before the answer
+    ok(srv.json("GET", "/api/ps")[1]["models"] == [], "keep_alive 0 unloads", None)
+    st, j = srv.json("POST", "/api/chat", {"model": "moe-demo", "messages": [], "keep_alive": 0})
+    ok(st == 200 and j["done_reason"] == "unload" and j["message"] == {"role": "assistant", "content": ""}
+       and srv.json("GET", "/api/ps")[1]["models"] == [],
+       "/api/chat without messages, keep_alive 0: unload, nothing loaded", j)
+    st, j = srv.json("POST", "/api/generate", {"prompt": "Once upon", "stream": False,
+                                               "keep_alive": 0, "options": {"num_predict": 2}})
+    ok(st == 200 and j["done_reason"] == "length", "keep_alive 0 with a prompt: loads and answers", j)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and srv.json("GET", "/api/ps")[1]["models"]:
-        time.sleep(0.1)
-    ok(srv.json("GET", "/api/ps")[1]["models"] == [], "keep_alive 0 unloads", None)
+        time.sleep(0.05)
+    ok(srv.json("GET", "/api/ps")[1]["models"] == [], "... then unloads", None)
     ok(srv.stop() == 0, "exit 0")
 
 
@@ -826,7 +845,199 @@ def test_limits_v6():
     ok(p.wait(timeout=20) == 0, "--host ::1: exit 0")
 
 
+# ------------------------------------------------------ --part memory
+
+def ps(srv):
+    """{name: size} of the loaded models."""
+    return dict((m["name"], m["size"]) for m in srv.json("GET", "/api/ps")[1]["models"])
+
+
+def complete(srv, model, n=6):
+    return srv.json("POST", "/v1/completions", {"model": model, "prompt": "Once upon",
+                                               "max_tokens": n, "temperature": 0})
+
+
+def busy(srv, model):
+    """A long stream on model, started (its first event read): the model
+    is busy until the returned socket closes."""
+    body = json.dumps({"model": model, "prompt": "In the beginning", "max_tokens": 3000,
+                       "ignore_eos": True, "temperature": 0, "stream": True}).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    s.sendall((b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+               b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body)) + body)
+    got = b""
+    while b"data: " not in got and not (b"\r\n\r\n" in got and b" 200 " not in got[:13]):
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    return s, got
+
+
+def idle(srv, model):
+    """Wait (bounded) until model has nothing queued or running."""
+    deadline = time.monotonic() + 30
+    pat = re.compile(rb'moe_queue_depth\{model="%s"\} (\d+)' % model.encode())
+    while time.monotonic() < deadline:
+        m = pat.search(srv.request("GET", "/metrics")[2])
+        if m and m.group(1) == b"0":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_budget(moe):
+    # the sizes the budgets below are made of: all weights, and the least a
+    # streamed model needs (its fixed weights and one layer of experts)
+    srv = Server(model="moe=" + moe)
+    full = ps(srv)["moe"]
+    st, j = complete(srv, "moe")
+    want = j["choices"][0]["text"]
+    srv.stop()
+    ok(0 < full <= os.path.getsize(moe), "/api/ps size: the weights (%d bytes, file %d)"
+       % (full, os.path.getsize(moe)))
+    srv = Server("--mem-budget", "min", model="moe=" + moe)
+    small = ps(srv)["moe"]
+    srv.stop()
+    ok(0 < small < full, "--mem-budget min: streamed, smaller (%d bytes)" % small)
+    srv = Server(model="demo=" + MODEL)
+    demo = ps(srv)["demo"]
+    srv.stop()
+
+    copies = []
+    for k in (2, 3):
+        copies.append(os.path.join(TMP, "moe%d.uth" % k))
+        with open(moe, "rb") as f, open(copies[-1], "wb") as g:
+            g.write(f.read())
+    # two fit, three do not: the least recently used idle one goes
+    srv = Server("-m", "m2=" + copies[0], "-m", "m3=" + copies[1], "-m", "demo=" + MODEL,
+                 "--mem-budget", str(2 * full + 1000), model="m1=" + moe)
+    ok(ps(srv) == {"m1": full}, "the default model loads at start, all in memory", ps(srv))
+    st, j = complete(srv, "m2")
+    ok(st == 200 and ps(srv) == {"m1": full, "m2": full}, "a second one fits beside it", ps(srv))
+    complete(srv, "m1")  # m2 is now the least recently used
+    st, j = complete(srv, "m3")
+    ok(st == 200 and j["choices"][0]["text"] == want and ps(srv) == {"m1": full, "m3": full},
+       "a third: the least recently used idle model (m2) unloads", ps(srv))
+    st, h, body = srv.request("POST", "/v1/completions", {"model": "demo", "prompt": "x",
+                                                          "max_tokens": 1})
+    ok(st == 507 and b"more than the whole --mem-budget" in body,
+       "a model larger than the whole budget: 507", body)
+    st, j = srv.json("POST", "/api/generate", {"model": "demo", "prompt": "x", "stream": False})
+    ok(st == 507 and "error" in j, "... Ollama's form too", j)
+    ok(set(ps(srv)) == {"m1", "m3"}, "... and nothing was unloaded for it", ps(srv))
+    ok(srv.stop() == 0, "exit 0")
+
+    # alone and too big for all its weights: experts streamed in the budget
+    srv = Server("--mem-budget", str(small + 4096), model="moe=" + moe)
+    st, j = complete(srv, "moe")
+    met = srv.request("GET", "/metrics")[2]
+    ok(ps(srv) == {"moe": small + 4096} and st == 200 and j["choices"][0]["text"] == want,
+       "a model bigger than the budget streams its experts within it, same text", (ps(srv), j))
+    ok(re.search(rb'moe_experts_requests_total\{model="moe"\} [1-9]', met) is not None,
+       "... through the expert store (/metrics)", met[-500:])
+    srv.stop()
+
+    # the others busy: the new model streams in the room left
+    srv = Server("-m", "moe=" + moe, "--mem-budget", str(demo + small + 8192), "-c", "4096",
+                 model="demo=" + MODEL)
+    s, got = busy(srv, "demo")
+    ok(b" 200 " in got.split(b"\r\n")[0], "a long stream keeps demo busy", got[:200])
+    st, j = complete(srv, "moe")
+    sizes = ps(srv)
+    ok(st == 200 and j["choices"][0]["text"] == want and sizes == {"demo": demo, "moe": small + 8192},
+       "demo busy: moe streams within the room left, same text", (sizes, j))
+    s.close()
+    ok(idle(srv, "demo"), "the stream's end leaves demo idle")
+    srv.stop()
+
+    # the others busy and too little room: 503 with Retry-After, later 200
+    srv = Server("-m", "moe=" + moe, "--mem-budget", str(demo + small // 2), "-c", "4096",
+                 model="demo=" + MODEL)
+    s, got = busy(srv, "demo")
+    st, h, body = srv.request("POST", "/v1/completions", {"model": "moe", "prompt": "x",
+                                                         "max_tokens": 1})
+    ok(st == 503 and "retry-after" in h and b"retry later" in body,
+       "demo busy, no room for moe even streamed: 503 with Retry-After", (st, h, body))
+    s.close()
+    ok(idle(srv, "demo"), "demo idle again")
+    st, j = complete(srv, "moe")
+    ok(st == 200 and ps(srv) == {"moe": full}, "then moe loads: demo, idle, unloaded", ps(srv))
+    ok(srv.stop() == 0, "exit 0")
+
+    # keep_alive 0 frees the room at once
+    srv = Server("-m", "m2=" + copies[0], "--mem-budget", str(full + 1000), model="m1=" + moe)
+    st, j = srv.json("POST", "/api/generate", {"model": "m1", "keep_alive": 0})
+    ok(st == 200 and j["done_reason"] == "unload" and ps(srv) == {}, "keep_alive 0 unloads m1", j)
+    st, j = complete(srv, "m2")
+    ok(st == 200 and ps(srv) == {"m2": full}, "m2 then loads in all its weights", ps(srv))
+    ok(srv.stop() == 0, "exit 0")
+
+
+def test_num_ctx():
+    srv = Server("-c", "64")
+    st, j = srv.json("POST", "/tokenize", {"content": "Once upon a time", "add_special": True})
+    n = len(j["tokens"])
+    gen = lambda opts: srv.json("POST", "/api/generate", {"prompt": "Once upon a time", "raw": True,
+                                                           "stream": False, "options": opts})
+    st, j = gen({"temperature": 0, "num_predict": 10})
+    ok(st == 200 and j["eval_count"] == 10 and j["prompt_eval_count"] == n,
+       "10 tokens without num_ctx (prompt %d tokens)" % n, j)
+    ten = j["response"]
+    st, j = gen({"temperature": 0, "num_predict": 10, "num_ctx": n + 4})
+    ok(st == 200 and j["done_reason"] == "length" and j["eval_count"] == 4 and ten.startswith(j["response"]),
+       "num_ctx = prompt + 4: four tokens, done_reason length", j)
+    st, j = gen({"temperature": 0, "num_ctx": n + 4})
+    ok(st == 200 and j["eval_count"] == 4, "... also without num_predict", j)
+    st, j = gen({"num_ctx": n})
+    ok(st == 400 and "num_ctx" in j["error"], "a prompt that fills num_ctx: 400 naming it", j)
+    st, j = gen({"temperature": 0, "num_ctx": 100000, "num_predict": 200})
+    ok(st == 400 and "64" in j["error"], "num_ctx capped at -c (64): the cap still applies", j)
+    st, j = gen({"temperature": 0, "num_ctx": 100000})
+    ok(st == 200 and j["prompt_eval_count"] + j["eval_count"] == 64 and j["done_reason"] == "length",
+       "num_ctx above -c: generation stops at the server's context (64 tokens)", j)
+    st, j = gen({"num_ctx": "big"})
+    ok(st == 400, "num_ctx not an integer: 400", j)
+    ok(srv.stop() == 0, "exit 0")
+
+
+def test_bench_serve():
+    """scripts/bench-serve runs and prints its three tables (no timing
+    is judged: the figures are for people, on a quiet machine)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                          "bench-serve")
+    out = os.path.join(TMP, "bench.json")
+    r = subprocess.run(["/usr/bin/python3", script, "--bin", os.path.dirname(SERVE), "-m", MODEL,
+                        "-t", "1", "--rounds", "1", "--np", "1,2", "-p", "16", "-n", "4",
+                        "--ttft-p", "8", "--ttft-reps", "2", "--json", out],
+                       capture_output=True, text=True, timeout=600)
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| ")]
+    good = (r.returncode == 0 and any(l.startswith("| time to first token |") for l in rows)
+            and any(l.startswith("| 2 | ") for l in rows)
+            and any(l.startswith("| idle, model loaded |") for l in rows))
+    ok(good, "scripts/bench-serve: TTFT, throughput (1 and 2 clients) and RSS tables",
+       r.stdout + r.stderr)
+    with open(out) if good else open(os.devnull) as f:
+        j = json.load(f) if good else {}
+    ok(good and len(j["samples"]["tps"]["2"]["unix"]) == 1 and j["rss_idle"]["VmRSS"] > 0,
+       "... and its --json samples", j)
+
+
+def main_memory():
+    r = subprocess.run([SERVE, "--port", "0", "-m", MODEL, "--mem-budget", "50%"],
+                       capture_output=True, timeout=30)
+    ok(r.returncode == 2 and b"50%" in r.stderr and b"shared" in r.stderr,
+       "--mem-budget 50%: usage error (the budget is shared, not one model's)", r.stderr)
+    test_budget(REF_GGUF)
+    test_num_ctx()
+    test_bench_serve()
+    print("1..%d" % n_test)
+    sys.exit(1 if n_fail else 0)
+
+
 def main():
+    if PART == "memory":
+        return main_memory()
     srv = Server("--idle-timeout", "2")
     try:
         test_shapes(srv)

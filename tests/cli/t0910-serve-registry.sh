@@ -9,6 +9,9 @@
 #     sent as the pull goes (a slow CDN), stream false gives one object;
 #     the pulled model answers; a missing repo is 404, a CDN sending wrong
 #     bytes 502 (streamed: a last {"error"} line), a URL or a path 403;
+#   - a stalled CDN: the client leaving cancels the pull and removes the
+#     partial file; 8 pulls at once, the 9th is 503; SIGTERM during a pull
+#     ends it at once and removes the partial file;
 #   - /api/delete removes a name (then 404), as 'moe-pull rm';
 #   - --mem-budget: the answer equals the one with all weights in memory,
 #     and /metrics shows the expert store's counters.
@@ -178,6 +181,78 @@ read -r t_first t_end okk < "$T/live"
 "$PYTHON3" -c "import sys; sys.exit(not ($okk == 1 and 0 <= $t_first and $t_end - $t_first > 0.3))"
 ok $? "streamed as it goes: first file line at ${t_first}s, success at ${t_end}s"
 stop_serve
+
+# ---- a stalled CDN: the client leaving, or SIGTERM, cancels the pull
+check "a stalled hub" -- start_hub --repo test/stall-GGUF="$REPO_G" --fault stall:1000
+check "moe-serve with that hub" -- start_serve -m "$T/plain.uth"
+cat > "$T/pullc.py" <<'EOF2'
+import glob, json, os, re, signal, socket, sys, time, urllib.request
+url, hf, what = sys.argv[1], sys.argv[2], sys.argv[3]
+host, port = re.match(r"http://([^:/]+):(\d+)", url).groups()
+def partials():
+    return [p for p in glob.glob(hf + "/**/*", recursive=True)
+            if p.endswith(".incomplete") or ".moe-parts" in p]
+def active():
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as f:
+        return int(re.search(rb"moe_pulls_active (\d+)", f.read()).group(1))
+def wait_for(cond):
+    t = time.monotonic() + 30
+    while time.monotonic() < t and not cond():
+        time.sleep(0.05)
+    return cond()
+def start():
+    s = socket.create_connection((host, int(port)), timeout=30)
+    body = b'{"model":"test/stall-GGUF:F32"}'
+    s.sendall(b"POST /api/pull HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    return s
+def started(s):
+    got = b""
+    while b"pulling mix" not in got:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    return got
+if what == "leave":
+    s = start()
+    got = started(s)
+    r = [b"pulling mix" in got, wait_for(lambda: partials() != [])]
+    s.close()
+    r += [wait_for(lambda: active() == 0), partials() == []]
+    socks = [start() for _ in range(8)]
+    r.append(wait_for(lambda: active() == 8))
+    s = start()
+    r.append(s.recv(4096).startswith(b"HTTP/1.1 503"))
+    s.close()
+    for s in socks:
+        s.close()
+    r += [wait_for(lambda: active() == 0), partials() == []]
+    print(" ".join(str(int(x)) for x in r))
+else:
+    s = start()
+    got = started(s)
+    r = [b"pulling mix" in got, wait_for(lambda: partials() != [])]
+    os.kill(int(what), signal.SIGTERM)
+    t0 = time.monotonic()
+    while s.recv(4096):
+        pass
+    print(" ".join(str(int(x)) for x in r), "%.1f" % (time.monotonic() - t0))
+EOF2
+"$PYTHON3" "$T/pullc.py" "$URL" "$HF_HOME" leave > "$T/cancel" 2>&1
+read -r c1 c2 c3 c4 c5 c6 c7 c8 < "$T/cancel"
+is "$c1$c2" 11 "a stalled pull: the file started, a partial download on disk"
+is "$c3$c4" 11 "the client leaves: the pull stops (moe_pulls_active 0), the partial file is removed"
+is "$c5$c6" 11 "8 pulls at once: the 9th is 503"
+is "$c7$c8" 11 "... all 8 cancelled by their clients leaving, no partial file left"
+"$PYTHON3" "$T/pullc.py" "$URL" "$HF_HOME" "$SPID" > "$T/cancel" 2>&1
+read -r c1 c2 secs < "$T/cancel"
+is "$c1$c2" 11 "SIGTERM during a stalled pull ($(cat "$T/cancel"))"
+"$PYTHON3" -c "import sys; sys.exit(not float('$secs') < 20)"
+ok $? "... the server ends the stream (in ${secs}s, the stall would last 30 s)"
+stop_serve
+find "$HF_HOME" -name '*.incomplete' -o -name '*.moe-parts*' > "$T/left"
+is "$(cat "$T/left")" "" "... and removes the partial file"
 
 # ---- --mem-budget: streamed experts
 "$BIN/moe-run" -m test/mix-GGUF:Q8_0 -p hello -n 8 --temp 0 > "$T/run" 2>/dev/null

@@ -74,12 +74,18 @@ rows = json.load(open(sys.argv[1]))
 assert len(rows) == 2, rows
 s, r = rows
 for k in ("tok_s", "hit_rate", "prediction_accuracy", "bytes_read_per_token", "io_wait_s",
-          "pct_of_io_bound", "disk_bw_bytes_s", "slots"):
+          "pct_of_io_bound", "disk_bw_bytes_s", "read_bytes_s", "overlap", "slots"):
     assert k in s, k
 assert s["tok_s"] > 0 and 0 <= s["hit_rate"] <= 1 and 0 <= s["prediction_accuracy"] <= 1
 assert s["disk_bw_bytes_s"] > 0 and s["slots"] > 0 and r["slots"] == 0 and r["hit_rate"] == 1
 PY
 ok $? "... with tokens/s, hit rate, prediction accuracy, bytes/token, % of the I/O bound"
+# --no-overlap: every expert of a layer before any math, so none overlaps I/O
+"$BIN/moe-bench" -m "$M" --mem-budget 90% --no-overlap -n 8 -o json > "$T/b.json" 2>"$T/err"
+ok $? "moe-bench --mem-budget 90% --no-overlap"
+$PYTHON3 -c 'import json, sys; r = json.load(open(sys.argv[1]))[0]
+assert r["overlap"] == 0 and r["bytes_read_per_token"] > 0, r' "$T/b.json"
+ok $? "... reads experts and computes none of them under I/O (overlap 0)"
 "$BIN/moe-bench" -m "$M" --mem-budget 1K -n 4 2>"$T/err" >/dev/null; is $? 1 "moe-bench: budget too small: failure"
 "$BIN/moe-bench" -m "$M" --mem-budget 90% --policy mru 2>/dev/null >/dev/null; is $? 2 "--policy mru: usage error"
 # moe-bench --plan: predictions for a few budgets and a recommendation

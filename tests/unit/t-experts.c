@@ -3,7 +3,7 @@
  * to one layer of experts), both policies, O_DIRECT, buffered and pread
  * I/O, a warm start from a profile; two engines in two threads sharing a
  * store of the minimum size; compute order following the arrival of reads
- * (a hook that trickles them in, last first); faults: an I/O error or a short read on the Nth
+ * (a hook that trickles them in, last first); the prefetch rule; faults: an I/O error or a short read on the Nth
  * read, a file changed under us, a corrupted expert with verify_reads; a
  * budget below the minimum. */
 #include "engine.h"
@@ -103,10 +103,11 @@ int main(void)
 		 m->hp.n_expert, m->hp.n_expert_used, (unsigned long long)slot,
 		 (unsigned long long)fixed);
 
-	/* budgets: one layer of experts (the minimum), 25%, 50%, all */
-	uint64_t slots[4] = {m->hp.n_expert, n_all / 4, n_all / 2, n_all};
+	/* budgets: one layer of experts (the minimum), 25%, 50%, all but 4
+	 * (where the prefetch rule lets hints be read), all */
+	uint64_t slots[5] = {m->hp.n_expert, n_all / 4, n_all / 2, n_all - 4, n_all};
 	const char *pname[2] = {"lfru", "lru"};
-	for (int b = 0; b < 4; b++)
+	for (int b = 0; b < 5; b++)
 		for (int pol = 0; pol < 2; pol++) {
 			moe_expert_store *st;
 			moe_experts_params p = {.budget = fixed + slots[b] * slot, .policy = pol};
@@ -123,7 +124,8 @@ int main(void)
 			   (unsigned long long)s.slots, rc ? e.msg : "ok");
 			/* a cache for every expert is filled at open: no reads later */
 			ok(s.slots == slots[b] && s.requests > 0 && s.hits <= s.requests &&
-			   (b < 3 ? s.bytes_read > 0 : s.reads == 0 && s.hits == s.requests),
+			   (b < 4 ? s.bytes_read > 0 : s.reads == 0 && s.hits == s.requests) &&
+			   (b != 3 || s.prefetch_reads > 0),
 			   "  stats: %llu requests, %llu hits, %llu reads, %llu prefetch reads, %llu "
 			   "used, predicted %llu/%llu, direct %d uring %d",
 			   (unsigned long long)s.requests, (unsigned long long)s.hits,
@@ -199,6 +201,63 @@ int main(void)
 			moe_experts_close(st);
 		} else
 			ok(0, "open: %s", e.msg);
+	}
+
+	/* the prefetch rule, driven by hand: a hint (prefetch) for an expert not
+	 * cached starts its read only once more than half of the last
+	 * candidates were chosen (and at least 16 were seen), and only into a
+	 * free or cold slot */
+	for (int sc = 0; sc < 3; sc++) {
+		/* 0: right guesses then a hint, room to spare; 1: wrong guesses;
+		 * 2: right guesses that fill the cache with warm experts */
+		static const char *what[3] = {"right guesses, free slots: the hint is read",
+					      "wrong guesses: hints are not read",
+					      "right guesses, every slot warm: hints are not read"};
+		uint64_t n_slots = sc == 2 ? 16 : n_all - 1;
+		moe_expert_store *st;
+		moe_experts_params p = {.budget = fixed + n_slots * slot};
+		if (moe_experts_open(&st, m, &p, &e) < 0 || n_moe < 3 || m->hp.n_expert < 8) {
+			ok(0, "open: %s", e.msg);
+			continue;
+		}
+		int moe_l[3], nl3 = 0;
+		for (uint32_t l = 0; l < m->hp.n_layer && nl3 < 3; l++)
+			if (m->layers[l].is_moe)
+				moe_l[nl3++] = (int)l;
+		bool okk = true;
+		moe_experts_stats s;
+		/* 16 candidates on the first two MoE layers, two per step */
+		for (int r = 0; r < 8 && okk; r++) {
+			int layer = moe_l[r / 4];
+			int32_t ids[2] = {2 * (r % 4), 2 * (r % 4) + 1}, guess[2] = {ids[0], ids[1]};
+			moe_expert out[2];
+			if (sc == 1) { /* experts 0-3 chosen, 4-7 guessed (never cached) */
+				ids[0] = 2 * (r % 2), ids[1] = ids[0] + 1;
+				guess[0] = ids[0] + 4, guess[1] = ids[1] + 4;
+			}
+			st->prefetch(st, layer, guess, 2);
+			okk = st->acquire(st, layer, ids, 2, out, &e) == 0;
+			st->release(st, layer, ids, 2);
+		}
+		moe_experts_get_stats(st, &s);
+		uint64_t before = s.prefetch_reads;
+		okk = okk && s.candidates == 16 && s.candidates_chosen == (sc == 1 ? 0 : 16) && before == 0;
+		/* now a hint for two experts of the third layer, then their acquire */
+		int32_t ids[2] = {0, 1};
+		moe_expert out[2];
+		st->prefetch(st, moe_l[2], ids, 2);
+		okk = okk && st->acquire(st, moe_l[2], ids, 2, out, &e) == 0;
+		st->release(st, moe_l[2], ids, 2);
+		moe_experts_get_stats(st, &s);
+		if (sc == 0)
+			okk = okk && s.prefetch_reads == 2 && s.prefetch_used == 2;
+		else
+			okk = okk && s.prefetch_reads == 0;
+		ok(okk, "prefetch rule: %s (candidates %llu, chosen %llu, prefetch reads %llu, used %llu; %s)",
+		   what[sc], (unsigned long long)s.candidates, (unsigned long long)s.candidates_chosen,
+		   (unsigned long long)s.prefetch_reads, (unsigned long long)s.prefetch_used,
+		   e.msg[0] ? e.msg : "ok");
+		moe_experts_close(st);
 	}
 
 	/* warm start and pinning from a profile (expert x of layer l chosen

@@ -1,0 +1,22 @@
+/* kernels/attn_avx2.c — the tiled attention kernel (attn_tile.h) with
+ * AVX2/FMA/F16C: vectors of 8 floats, fused multiply-add, F16 keys and
+ * values decoded with vcvtph2ps.  Compiled with $(AVX2_CFLAGS). */
+#include <immintrin.h>
+
+#include "kernels/kernels_int.h"
+
+#define ATTN_VW 8
+#define ATTN_NAME moe_attn_avx2
+#define VSPLAT(x) ((vf)_mm256_set1_ps(x))
+#define VFMA(a, b, c) ((vf)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+
+static void f16_row(const uint16_t *src, float *dst, int n)
+{
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+	for (; i < n; i++)
+		dst[i] = _cvtsh_ss(src[i]);
+}
+
+#include "kernels/attn_tile.h"

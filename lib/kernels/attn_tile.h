@@ -1,0 +1,284 @@
+/* kernels/attn_tile.h — the tiled attention kernel (flash-attention style),
+ * written once with GCC/clang vector extensions and compiled once per ISA:
+ * attn_generic.c, attn_avx2.c and attn_avx512.c define the vector width
+ * ATTN_VW, the fused multiply-add VFMA (unfused in generic), VSPLAT, the F16
+ * row decoder f16_row() and ATTN_NAME, then include this file.
+ *
+ * What one call does (kernels.h, moe_attn_tile): for the query rows of one
+ * KV head (tokens x the heads sharing it), walk the sequence's KV blocks in
+ * position order; per block, decode the keys once into a float tile
+ * transposed [head_dim][keys] and the values into float rows [keys][dims],
+ * then for each row: scores of its keys (lanes along the keys, one chain of
+ * multiply-adds over the dimensions per key), online softmax (running max m
+ * and sum l: a new block rescales both by exp(m_old - m_new)) and the
+ * weighted sum of values.
+ *
+ * Batch invariance: a row's arithmetic depends only on its own query and
+ * its own key range, never on the other rows of the tile — each score lane
+ * is its own chain; a block is skipped for a row whose range misses it (so
+ * the row's state is as if the block was never walked); its scores,
+ * exponentials, the block sum (chunks in key order, then lanes in order)
+ * and its value accumulation (keys in order) are the same whatever rows
+ * share the tile or how many keys the tile decoded.  Decode (one token) and
+ * prefill (many) therefore give the same bits for a token.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef float vf __attribute__((vector_size(ATTN_VW * 4)));
+typedef int32_t vi __attribute__((vector_size(ATTN_VW * 4)));
+
+/* Tiles are padded to 16 keys and 16 value dims whatever the ISA's width,
+ * so that moe_attn_work_bytes is one size for every level. */
+#define PAD 16
+#define ROUND(n) (((n) + PAD - 1) / PAD * PAD)
+
+static inline vf vload(const float *p)
+{
+	vf v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+static inline void vstore(float *p, vf v)
+{
+	memcpy(p, &v, sizeof v);
+}
+
+static inline vf vselect(vi mask, vf a, vf b) /* mask ? a : b per lane */
+{
+	return (vf)((mask & (vi)a) | (~mask & (vi)b));
+}
+
+static inline vf vmax(vf a, vf b)
+{
+	return vselect(a > b, a, b);
+}
+
+/* exp(x) for x <= 0 (0 below -87, where it would leave the float range):
+ * x = n ln2 + r with n = round(x / ln2) (ln2 in two parts, so r is exact
+ * enough), |r| <= ln2/2, e^r by its Taylor series to r^7 (the next term is
+ * below 6e-9 of the result), times 2^n built in the exponent bits.  Pure
+ * IEEE operations per lane: the same bits in every lane and every call. */
+static inline vf vexp(vf x)
+{
+	const float log2e = 1.44269504088896341f, ln2_hi = 0.693359375f,
+		    ln2_lo = -2.12194440054690583e-4f, round = 12582912.0f; /* 1.5 * 2^23 */
+	vi keep = x >= VSPLAT(-87.0f);
+	x = vmax(x, VSPLAT(-87.0f));
+	vf n = (x * log2e + round) - round;
+	vf r = VFMA(n, VSPLAT(-ln2_hi), x);
+	r = VFMA(n, VSPLAT(-ln2_lo), r);
+	vf p = VSPLAT(1.0f / 5040);
+	p = VFMA(p, r, VSPLAT(1.0f / 720));
+	p = VFMA(p, r, VSPLAT(1.0f / 120));
+	p = VFMA(p, r, VSPLAT(1.0f / 24));
+	p = VFMA(p, r, VSPLAT(1.0f / 6));
+	p = VFMA(p, r, VSPLAT(0.5f));
+	p = VFMA(p, r, VSPLAT(1.0f));
+	p = VFMA(p, r, VSPLAT(1.0f));
+	vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+	return (vf)((vi)(p * (vf)e) & keep);
+}
+
+static inline float sexp(float x) /* the same, one value */
+{
+	return vexp(VSPLAT(x))[0];
+}
+
+static inline vi isplat(int x)
+{
+	vi v;
+	for (int i = 0; i < ATTN_VW; i++)
+		v[i] = x;
+	return v;
+}
+
+static inline vi key_index(int j)
+{
+	vi v;
+	for (int i = 0; i < ATTN_VW; i++)
+		v[i] = j + i;
+	return v;
+}
+
+/* Keys [ja, jb) of the block of positions from blk * block_tokens into the float
+ * tiles: kt[d * ktw + j], vr[j * vw + d]. */
+static void decode_block(const moe_attn_tile *t, int blk, int ja, int jb, float *kt, int ktw,
+			 float *vr, int vw)
+{
+	int hd = t->head_dim, hdv = t->head_dim_v, bt = t->block_tokens;
+	const uint8_t *k = t->k[blk], *v = t->v[blk];
+	if (t->kv_type == MOE_F16) {
+		/* K is stored transposed: dimension d's keys are contiguous */
+		for (int d = 0; d < hd; d++)
+			f16_row((const uint16_t *)k + (size_t)d * bt + ja, kt + (size_t)d * ktw + ja,
+				jb - ja);
+		for (int j = ja; j < jb; j++)
+			f16_row((const uint16_t *)(v + (size_t)j * t->row_bytes), vr + (size_t)j * vw,
+				hdv);
+		return;
+	}
+	/* Q8_0 rows: d * q per 32-value block */
+	for (int j = ja; j < jb; j++) {
+		const moe_block_q8_0 *kb = (const moe_block_q8_0 *)(k + (size_t)j * t->row_bytes);
+		const moe_block_q8_0 *vb = (const moe_block_q8_0 *)(v + (size_t)j * t->row_bytes);
+		for (int b = 0; b < hd / MOE_QK; b++) {
+			float s = moe_f16_to_f32(kb[b].d);
+			for (int i = 0; i < MOE_QK; i++)
+				kt[(size_t)(b * MOE_QK + i) * ktw + j] = s * (float)kb[b].qs[i];
+		}
+		for (int b = 0; b < hdv / MOE_QK; b++) {
+			float s = moe_f16_to_f32(vb[b].d);
+			float *o = vr + (size_t)j * vw + b * MOE_QK;
+			for (int i = 0; i < MOE_QK; i++)
+				o[i] = s * (float)vb[b].qs[i];
+		}
+	}
+}
+
+/* s_r[j] = q_r . k_j for four rows and the key chunks covering [ja, jb):
+ * one chain over the dimensions per lane, two chunks at a time. */
+static void scores4(const float *const q[4], int hd, const float *kt, int ktw, int ja, int jb,
+		    float *s)
+{
+	int c = ja / ATTN_VW * ATTN_VW;
+	for (; c + ATTN_VW < jb; c += 2 * ATTN_VW) {
+		vf a0 = VSPLAT(0), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+		for (int d = 0; d < hd; d++) {
+			vf k0 = vload(kt + (size_t)d * ktw + c), k1 = vload(kt + (size_t)d * ktw + c + ATTN_VW);
+			vf q0 = VSPLAT(q[0][d]), q1 = VSPLAT(q[1][d]), q2 = VSPLAT(q[2][d]),
+			   q3 = VSPLAT(q[3][d]);
+			a0 = VFMA(q0, k0, a0), b0 = VFMA(q0, k1, b0);
+			a1 = VFMA(q1, k0, a1), b1 = VFMA(q1, k1, b1);
+			a2 = VFMA(q2, k0, a2), b2 = VFMA(q2, k1, b2);
+			a3 = VFMA(q3, k0, a3), b3 = VFMA(q3, k1, b3);
+		}
+		vstore(s + 0 * ktw + c, a0), vstore(s + 0 * ktw + c + ATTN_VW, b0);
+		vstore(s + 1 * ktw + c, a1), vstore(s + 1 * ktw + c + ATTN_VW, b1);
+		vstore(s + 2 * ktw + c, a2), vstore(s + 2 * ktw + c + ATTN_VW, b2);
+		vstore(s + 3 * ktw + c, a3), vstore(s + 3 * ktw + c + ATTN_VW, b3);
+	}
+	if (c < jb) {
+		vf a0 = VSPLAT(0), a1 = a0, a2 = a0, a3 = a0;
+		for (int d = 0; d < hd; d++) {
+			vf k0 = vload(kt + (size_t)d * ktw + c);
+			a0 = VFMA(VSPLAT(q[0][d]), k0, a0);
+			a1 = VFMA(VSPLAT(q[1][d]), k0, a1);
+			a2 = VFMA(VSPLAT(q[2][d]), k0, a2);
+			a3 = VFMA(VSPLAT(q[3][d]), k0, a3);
+		}
+		vstore(s + 0 * ktw + c, a0);
+		vstore(s + 1 * ktw + c, a1);
+		vstore(s + 2 * ktw + c, a2);
+		vstore(s + 3 * ktw + c, a3);
+	}
+}
+
+/* One row's update for keys [a, b) of a block: s holds its raw scores
+ * (overwritten with the weights), acc[vw] its weighted sum, *m and *l its
+ * running max and sum. */
+static void row_update(const moe_attn_tile *t, float *s, int a, int b, const float *vr, int vw,
+		       float *acc, float *m, float *l)
+{
+	int c0 = a / ATTN_VW * ATTN_VW;
+	vf mx = VSPLAT(-INFINITY);
+	for (int c = c0; c < b; c += ATTN_VW) {
+		vi idx = key_index(c);
+		vf x = vselect((idx >= isplat(a)) & (idx < isplat(b)), vload(s + c) * t->scale, VSPLAT(-INFINITY));
+		vstore(s + c, x);
+		mx = vmax(mx, x);
+	}
+	float mb = -INFINITY;
+	for (int i = 0; i < ATTN_VW; i++)
+		mb = mx[i] > mb ? mx[i] : mb;
+	float mn = *m > mb ? *m : mb;
+	float alpha = sexp(*m - mn); /* 0 for the row's first block (m = -inf) */
+	vf sum = VSPLAT(0);
+	for (int c = c0; c < b; c += ATTN_VW) {
+		vf p = vexp(vload(s + c) - mn);
+		vstore(s + c, p);
+		sum += p;
+	}
+	float bs = 0;
+	for (int i = 0; i < ATTN_VW; i++)
+		bs += sum[i];
+	*l = *l * alpha + bs;
+	*m = mn;
+	int d = 0;
+	for (; d + 4 * ATTN_VW <= vw; d += 4 * ATTN_VW) {
+		vf o0 = vload(acc + d) * alpha, o1 = vload(acc + d + ATTN_VW) * alpha,
+		   o2 = vload(acc + d + 2 * ATTN_VW) * alpha, o3 = vload(acc + d + 3 * ATTN_VW) * alpha;
+		for (int j = a; j < b; j++) {
+			const float *v = vr + (size_t)j * vw + d;
+			vf p = VSPLAT(s[j]);
+			o0 = VFMA(p, vload(v), o0);
+			o1 = VFMA(p, vload(v + ATTN_VW), o1);
+			o2 = VFMA(p, vload(v + 2 * ATTN_VW), o2);
+			o3 = VFMA(p, vload(v + 3 * ATTN_VW), o3);
+		}
+		vstore(acc + d, o0), vstore(acc + d + ATTN_VW, o1);
+		vstore(acc + d + 2 * ATTN_VW, o2), vstore(acc + d + 3 * ATTN_VW, o3);
+	}
+	for (; d < vw; d += ATTN_VW) {
+		vf o = vload(acc + d) * alpha;
+		for (int j = a; j < b; j++)
+			o = VFMA(VSPLAT(s[j]), vload(vr + (size_t)j * vw + d), o);
+		vstore(acc + d, o);
+	}
+}
+
+void ATTN_NAME(const moe_attn_tile *t)
+{
+	int hd = t->head_dim, hdv = t->head_dim_v, bt = t->block_tokens;
+	int R = t->n_tok * t->n_head, ktw = ROUND(bt), vw = ROUND(hdv);
+	float *kt = t->work, *vr = kt + (size_t)hd * ktw, *s = vr + (size_t)ktw * vw;
+	float *acc = s + 4 * (size_t)ktw, *m = acc + (size_t)R * vw, *l = m + R;
+	int lo = INT32_MAX, hi = 0;
+	for (int i = 0; i < t->n_tok; i++) {
+		lo = t->lo[i] < lo ? t->lo[i] : lo;
+		hi = t->hi[i] > hi ? t->hi[i] : hi;
+	}
+	memset(acc, 0, (size_t)R * vw * sizeof *acc);
+	for (int r = 0; r < R; r++)
+		m[r] = -INFINITY, l[r] = 0;
+	/* blocks before the earliest range start (a sliding window) are never read */
+	for (int p0 = lo / bt * bt; p0 < hi; p0 += bt) {
+		int ja = (lo > p0 ? lo : p0) - p0, jb = (hi < p0 + bt ? hi : p0 + bt) - p0;
+		decode_block(t, p0 / bt, ja, jb, kt, ktw, vr, vw);
+		/* rows in fours; the last four repeat a row rather than take
+		 * another code path */
+		for (int r0 = 0; r0 < R; r0 += 4) {
+			const float *q[4];
+			for (int i = 0; i < 4; i++) {
+				int r = r0 + i < R ? r0 + i : R - 1;
+				q[i] = t->q + (int64_t)(r / t->n_head) * t->q_stride +
+				       (int64_t)(r % t->n_head) * hd;
+			}
+			scores4(q, hd, kt, ktw, ja, jb, s);
+			for (int i = 0; i < 4 && r0 + i < R; i++) {
+				int r = r0 + i, tok = r / t->n_head;
+				int a = (t->lo[tok] > p0 ? t->lo[tok] : p0) - p0;
+				int b = (t->hi[tok] < p0 + bt ? t->hi[tok] : p0 + bt) - p0;
+				if (a < b)
+					row_update(t, s + (size_t)i * ktw, a, b, vr, vw, acc + (size_t)r * vw,
+						   &m[r], &l[r]);
+			}
+		}
+	}
+	for (int r = 0; r < R; r++) {
+		float f = 1.0f;
+		if (t->sink) { /* one more logit in the denominator, no value */
+			float sk = t->sink[r % t->n_head], mn = m[r] > sk ? m[r] : sk;
+			f = sexp(m[r] - mn);
+			l[r] = l[r] * f + sexp(sk - mn);
+		}
+		f = l[r] > 0 ? f / l[r] : 0.0f;
+		float *o = t->out + (int64_t)(r / t->n_head) * t->out_stride +
+			   (int64_t)(r % t->n_head) * hdv;
+		for (int d = 0; d < hdv; d++)
+			o[d] = acc[(size_t)r * vw + d] * f;
+	}
+}
