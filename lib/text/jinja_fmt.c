@@ -117,11 +117,15 @@ static rematch re_get(jrender *r, int which)
 	return (rematch){re_code[which], md};
 }
 
-/* Match at or after byte `start`; the match's [*b, *e) or false. */
+/* Match at or after byte `start`; the match's [*b, *e) or false.  PCRE2
+ * checks the whole subject's UTF-8 on each call unless told not to: only
+ * the first search of a subject (start 0) checks it, so that splitting a
+ * long text stays linear. */
 static bool re_find(jrender *r, rematch *m, const char *s, size_t n, size_t start, size_t *b,
 		    size_t *e)
 {
-	int rc = pcre2_match(m->code, (PCRE2_SPTR)s, n, start, 0, m->md, NULL);
+	int rc = pcre2_match(m->code, (PCRE2_SPTR)s, n, start, start ? PCRE2_NO_UTF_CHECK : 0,
+			     m->md, NULL);
 	if (rc == PCRE2_ERROR_NOMATCH)
 		return false;
 	if (rc < 0)
@@ -132,11 +136,10 @@ static bool re_find(jrender *r, rematch *m, const char *s, size_t n, size_t star
 	return true;
 }
 
-static bool re_matches(jrender *r, int which, const char *s, size_t n)
+static bool re_matches(jrender *r, rematch *m, const char *s, size_t n)
 {
-	rematch m = re_get(r, which);
 	size_t b, e;
-	return re_find(r, &m, s, n, 0, &b, &e);
+	return re_find(r, m, s, n, 0, &b, &e);
 }
 
 /* ------------------------------------------------------- filesizeformat */
@@ -463,19 +466,17 @@ typedef struct chunk {
 } chunk;
 
 /* textwrap.TextWrapper._split: chunks of one paragraph. */
-static chunk *split_chunks(jrender *r, const char *s, size_t n, bool hyphens, size_t *count)
+static chunk *split_chunks(jrender *r, const char *s, size_t n, rematch *wordsep,
+			   size_t *count)
 {
 	size_t cap = 16, k = 0;
 	chunk *c = jx_alloc(r, cap * sizeof *c);
-	rematch m = {0};
-	if (hyphens)
-		m = re_get(r, RE_WORDSEP);
 	size_t pos = 0;
 	while (pos < n) {
 		size_t mb, me;
 		bool found;
-		if (hyphens) {
-			found = re_find(r, &m, s, n, pos, &mb, &me);
+		if (wordsep) {
+			found = re_find(r, wordsep, s, n, pos, &mb, &me);
 		} else {
 			/* wordsep_simple_re: runs of textwrap's whitespace */
 			mb = pos;
@@ -509,11 +510,10 @@ static chunk *split_chunks(jrender *r, const char *s, size_t n, bool hyphens, si
 /* textwrap.wrap(s, width, expand_tabs=False, replace_whitespace=False,
  * break_long_words, break_on_hyphens): the lines, joined by `sep`. */
 static void wrap_para(jrender *r, moe_sbuf *b, const char *s, size_t n, size_t width,
-		      bool break_long, bool hyphens, bool hyphens_true, const jv *sep,
-		      bool *first)
+		      bool break_long, bool hyphens, rematch *wordsep, const jv *sep, bool *first)
 {
 	size_t nc;
-	chunk *c = split_chunks(r, s, n, hyphens_true, &nc);
+	chunk *c = split_chunks(r, s, n, wordsep, &nc);
 	size_t next = 0; /* chunks[next:] remain (Python's reversed list) */
 	bool any_line = false;
 	chunk *line = jx_alloc(r, (nc + 1) * sizeof *line);
@@ -592,6 +592,9 @@ static jv wordwrap(jrender *r, const jv *in, const fargs *a)
 	/* Paragraphs (str.splitlines) wrapped one by one: each paragraph's
 	 * lines, then the paragraphs, joined by wrapstring. */
 	jlist *paras = jx_splitlines(r, in, false).l;
+	rematch wordsep = {0}; /* one match context for the whole text */
+	if (hyphens_true && paras->n)
+		wordsep = re_get(r, RE_WORDSEP);
 	moe_sbuf *b = jx_tmp_open(r);
 	for (size_t i = 0; i < paras->n; i++) {
 		if (width <= 0) /* textwrap checks it per paragraph */
@@ -600,7 +603,7 @@ static jv wordwrap(jrender *r, const jv *in, const fargs *a)
 			jx_add(r, b, sep.s, sep.n);
 		bool first = true;
 		wrap_para(r, b, paras->v[i].s, paras->v[i].n, (size_t)width, break_long, hyphens,
-			  hyphens_true, &sep, &first);
+			  hyphens_true ? &wordsep : NULL, &sep, &first);
 	}
 	return jx_tmp_close(r, b);
 }
@@ -664,8 +667,14 @@ static jv escaped(jrender *r, const jv *v)
 }
 
 /* One whitespace-free word of urlize's text (already HTML-escaped). */
-static void urlize_word(jrender *r, moe_sbuf *b, const char *w, size_t n, const jv *limit,
-			const char *rel_attr, const char *target_attr, jlist *schemes)
+typedef struct url_ctx {
+	rematch http, email;
+	const jv *limit;
+	const char *rel_attr, *target_attr;
+	jlist *schemes;
+} url_ctx;
+
+static void urlize_word(jrender *r, moe_sbuf *b, const char *w, size_t n, url_ctx *u)
 {
 	/* head: ^([(<]|&lt;)+ */
 	size_t hb = 0;
@@ -712,24 +721,24 @@ static void urlize_word(jrender *r, moe_sbuf *b, const char *w, size_t n, const 
 		}
 	}
 	jx_add(r, b, w, hb);
-	if (re_matches(r, RE_HTTP, m, ml)) {
+	if (re_matches(r, &u->http, m, ml)) {
 		bool has_scheme = starts(m, ml, "https://") || starts(m, ml, "http://");
 		adds(r, b, has_scheme ? "<a href=\"" : "<a href=\"https://");
 		jx_add(r, b, m, ml);
 		adds(r, b, "\"");
-		adds(r, b, rel_attr);
-		adds(r, b, target_attr);
+		adds(r, b, u->rel_attr);
+		adds(r, b, u->target_attr);
 		adds(r, b, ">");
-		trim_url(r, b, m, ml, limit);
+		trim_url(r, b, m, ml, u->limit);
 		adds(r, b, "</a>");
-	} else if (starts(m, ml, "mailto:") && re_matches(r, RE_EMAIL, m + 7, ml - 7)) {
+	} else if (starts(m, ml, "mailto:") && re_matches(r, &u->email, m + 7, ml - 7)) {
 		adds(r, b, "<a href=\"");
 		jx_add(r, b, m, ml);
 		adds(r, b, "\">");
 		jx_add(r, b, m + 7, ml - 7);
 		adds(r, b, "</a>");
 	} else if (memchr(m, '@', ml) && !starts(m, ml, "www.") && !memchr(m, ':', ml) &&
-		   re_matches(r, RE_EMAIL, m, ml)) {
+		   re_matches(r, &u->email, m, ml)) {
 		adds(r, b, "<a href=\"mailto:");
 		jx_add(r, b, m, ml);
 		adds(r, b, "\">");
@@ -739,8 +748,8 @@ static void urlize_word(jrender *r, moe_sbuf *b, const char *w, size_t n, const 
 		/* extra schemes: each test sees the middle as rewritten so far */
 		moe_sbuf *cur = jx_tmp_open(r);
 		jx_add(r, cur, m, ml);
-		for (size_t i = 0; schemes && i < schemes->n; i++) {
-			const jv *sch = &schemes->v[i];
+		for (size_t i = 0; u->schemes && i < u->schemes->n; i++) {
+			const jv *sch = &u->schemes->v[i];
 			if ((cur->len == sch->n && memcmp(cur->p, sch->s, sch->n) == 0) ||
 			    !starts(cur->p, cur->len, jx_strndup(r, sch->s, sch->n)))
 				continue;
@@ -749,8 +758,8 @@ static void urlize_word(jrender *r, moe_sbuf *b, const char *w, size_t n, const 
 			adds(r, cur, "<a href=\"");
 			jx_add(r, cur, old.s, old.n);
 			adds(r, cur, "\"");
-			adds(r, cur, rel_attr);
-			adds(r, cur, target_attr);
+			adds(r, cur, u->rel_attr);
+			adds(r, cur, u->target_attr);
 			adds(r, cur, ">");
 			jx_add(r, cur, old.s, old.n);
 			adds(r, cur, "</a>");
@@ -822,13 +831,14 @@ static jv urlize(jrender *r, const jv *in, const fargs *a)
 		snprintf(target_attr, te.n + 11, " target=\"%.*s\"", (int)te.n, te.s);
 	}
 	jlist *schemes = NULL;
+	rematch scheme_re = re_get(r, RE_SCHEME);
 	if (extra && extra->t != JV_NONE) {
 		schemes = jv_iter(r, extra);
 		for (size_t i = 0; i < schemes->n; i++) {
 			const jv *s = &schemes->v[i];
 			if (s->t != JV_STR)
 				jx_fail(r, MOE_EINVAL, "urlize: extra_schemes must be strings");
-			if (!re_matches(r, RE_SCHEME, s->s, s->n)) {
+			if (!re_matches(r, &scheme_re, s->s, s->n)) {
 				moe_sbuf *e = jx_tmp_open(r);
 				jv_repr_to(r, e, s);
 				jv rs = jx_tmp_close(r, e);
@@ -838,6 +848,8 @@ static jv urlize(jrender *r, const jv *in, const fargs *a)
 		}
 	}
 	jv text = escaped(r, in);
+	url_ctx u = {re_get(r, RE_HTTP), re_get(r, RE_EMAIL), limit, rel_attr, target_attr,
+		     schemes};
 	/* re.split(r"(\s+)", text): words and the whitespace runs between */
 	moe_sbuf *b = jx_tmp_open(r);
 	size_t i = 0;
@@ -846,7 +858,7 @@ static jv urlize(jrender *r, const jv *in, const fargs *a)
 		uint32_t cp;
 		while (i < text.n && (l = ju_next_cp(text.s, text.n, i, &cp), !ju_isspace(cp)))
 			i += l;
-		urlize_word(r, b, text.s + st, i - st, limit, rel_attr, target_attr, schemes);
+		urlize_word(r, b, text.s + st, i - st, &u);
 		st = i;
 		while (i < text.n && (l = ju_next_cp(text.s, text.n, i, &cp), ju_isspace(cp)))
 			i += l;

@@ -290,14 +290,13 @@ static void test_vec_dot(void)
 	}
 }
 
-/* The tiled kernels for every tile shape and remainder, with odd strides
- * and an odd number of blocks, against the generic vec_dot. */
-static void gemm_case(const moe_kernels *k, int dt)
+/* The tiled kernels for every tile shape and remainder, with odd strides,
+ * for a row of n elements, against the generic vec_dot. */
+static void gemm_case(const moe_kernels *k, int dt, int64_t n)
 {
 	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
 	const moe_type_traits *t = moe_type_get(dt);
 	const int at = t->vec_dot_type, maxr = 11, maxt = 10;
-	const int64_t n = t->block_size == MOE_QK_K ? 2304 : t->block_size == 1 ? 150 : 1120;
 	/* Odd strides: weights may sit anywhere; float activations are floats. */
 	const size_t wb = nbytes(dt, n) + 7, xb = nbytes(at, n) + (at == MOE_F32 ? 4 : 3);
 	const size_t lds = maxr + 2;
@@ -350,11 +349,11 @@ static void gemm_case(const moe_kernels *k, int dt)
 		}
 	}
 	ok(tl.fails == 0 && outside == 0,
-	   "%s: %s gemm matches generic vec_dot for every tile shape (%d values, worst %.2g, "
-	   "%d written outside)",
-	   t->name, moe_isa_name(k->isa), tl.cases, tl.worst, outside);
-	ok(differ == 0, "%s: %s gemm equals its own vec_dot bit for bit (%d differ)", t->name,
-	   moe_isa_name(k->isa), differ);
+	   "%s: %s gemm matches generic vec_dot for every tile shape, n=%lld (%d values, "
+	   "worst %.2g, %d written outside)",
+	   t->name, moe_isa_name(k->isa), (long long)n, tl.cases, tl.worst, outside);
+	ok(differ == 0, "%s: %s gemm equals its own vec_dot bit for bit, n=%lld (%d differ)",
+	   t->name, moe_isa_name(k->isa), (long long)n, differ);
 	free(own);
 	free(w);
 	free(xq);
@@ -366,10 +365,27 @@ static void gemm_case(const moe_kernels *k, int dt)
 
 static void test_gemm(void)
 {
-	for (int k = 0; k < n_tables; k++)
-		for (int ti = 0; ti < N_WEIGHT_TYPES; ti++)
-			if (tables[k]->gemm[weight_types[ti]])
-				gemm_case(tables[k], weight_types[ti]);
+	/* Row lengths in blocks: the 32-element kernels go four blocks at a
+	 * time in runs of 16, so 1, 2, 3 and 35 (two runs and three) cover
+	 * every partial step, 18 a run and two; K-quants: one super-block and
+	 * nine (more than one unpacked chunk of the prefill GEMM). */
+	static const int64_t b32_blocks[] = {1, 2, 3, 18, 35}, kq_blocks[] = {1, 9};
+	for (int k = 0; k < n_tables; k++) {
+		for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+			const int dt = weight_types[ti];
+			const int64_t bs = moe_type_get(dt)->block_size;
+			if (!tables[k]->gemm[dt])
+				continue;
+			if (bs == 1) {
+				gemm_case(tables[k], dt, 150);
+				continue;
+			}
+			const int64_t *nbl = bs == MOE_QK_K ? kq_blocks : b32_blocks;
+			const size_t count = bs == MOE_QK_K ? 2 : 5;
+			for (size_t i = 0; i < count; i++)
+				gemm_case(tables[k], dt, nbl[i] * bs);
+		}
+	}
 }
 
 /* ---------------------------------------------------------------- quantisers */
