@@ -20,10 +20,14 @@ typedef struct moe_convert_opts {
 	int out_type;       /* -1: keep source types; else a type accepted by
 			       moe_convert_type_ok for the matrices of a
 			       safetensors source */
+	bool reference_quant; /* quantised out_type: ggml's round-to-nearest
+				 reference bytes instead of moe-quant's search
+				 (moe_quant_rows, no importance matrix) */
 } moe_convert_opts;
 
-/* Types --type accepts: f32, f16, bf16, and q8_0, q4_0, q4_1, q5_0, q5_1
- * through the reference quantisers (quant.h), which match ggml's bytes. */
+/* Types --type accepts: f32, f16, bf16, and q8_0, q4_0, q4_1, q5_0, q5_1,
+ * quantised by moe-quant's searching quantisers (quant.h), or with
+ * reference_quant by the round-to-nearest references (ggml's bytes). */
 #define MOE_CONVERT_TYPES "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1"
 bool moe_convert_type_ok(int dtype);
 

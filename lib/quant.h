@@ -247,4 +247,13 @@ int moe_quant_plan_experts(const moe_quant_opts *o, const char *profile, uint64_
 			   const int *ladder, int n_ladder, moe_quant_plan *plan, moe_error *e);
 void moe_quant_plan_free(moe_quant_plan *plan);
 
+/* For a piped input that must be read twice (the plan, then the
+ * quantisation): copy standard input, 1 MiB at a time, into a temporary file
+ * in $TMPDIR (default /tmp) that is unlinked at once, so its space is freed
+ * when *fd is closed or the process ends, however it ends.  path (path_size
+ * bytes) gets "/dev/fd/N", a name moe_quant_plan_experts and moe_quant_model
+ * can open.  MOE_EIO naming the directory (cannot create, disk full) or
+ * standard input (read error). */
+int moe_quant_spool_stdin(int *fd, char *path, size_t path_size, moe_error *e);
+
 #endif

@@ -4,6 +4,8 @@ dist_noinst_SCRIPTS += scripts/install-deps scripts/demo
 # gen-model: seeded random-weight models as GGUF and HF snapshots (numpy only);
 # the moegen package also holds the independent GGUF reader.
 dist_noinst_SCRIPTS += scripts/gen-model
+# outlier-model: a GGUF with outlier activation channels, same function (moe-quant tests)
+dist_noinst_SCRIPTS += scripts/outlier-model
 EXTRA_DIST += \
 	scripts/moegen/__init__.py \
 	scripts/moegen/arch.py \

@@ -23,9 +23,11 @@ static void help(void)
 	       "OUTPUT is a file (written atomically) or '-' for standard output.\n"
 	       "\n"
 	       "  -t, --type=TYPE   store safetensors matrices as TYPE: f32, f16, bf16,\n"
-	       "                    or q8_0, q4_0, q4_1, q5_0, q5_1 (round-to-nearest\n"
-	       "                    reference quantisation); default: keep the source\n"
-	       "                    type.  GGUF tensors always keep theirs\n"
+	       "                    or q8_0, q4_0, q4_1, q5_0, q5_1 (moe-quant's\n"
+	       "                    quantisers); default: keep the source type.  GGUF\n"
+	       "                    tensors always keep theirs\n"
+	       "      --reference-quant  with a quantised --type: ggml's round-to-nearest\n"
+	       "                    reference bytes instead of moe-quant's search\n"
 	       "  -i, --info        print a summary of FILE (.uth or .gguf)\n"
 	       "      --json        with --info: print JSON instead of text\n"
 	       "      --verify      check the header and every tensor checksum of FILE\n"
@@ -50,10 +52,11 @@ static int finish_stdout(void)
 int main(int argc, char **argv)
 {
 	cli_init(argv[0]);
-	enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON, OPT_VERIFY };
+	enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON, OPT_VERIFY, OPT_REFERENCE };
 	static const struct option longopts[] = {
 		{"type", required_argument, NULL, 't'}, {"info", no_argument, NULL, 'i'},
 		{"json", no_argument, NULL, OPT_JSON},   {"verify", no_argument, NULL, OPT_VERIFY},
+		{"reference-quant", no_argument, NULL, OPT_REFERENCE},
 		{"quiet", no_argument, NULL, 'q'},       {"help", no_argument, NULL, OPT_HELP},
 		{"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0},
 	};
@@ -70,6 +73,7 @@ int main(int argc, char **argv)
 		case 'i': info = true; break;
 		case OPT_JSON: json = true; break;
 		case OPT_VERIFY: verify = true; break;
+		case OPT_REFERENCE: o.reference_quant = true; break;
 		case 'q': quiet = true; break;
 		case OPT_HELP: help(); return 0;
 		case OPT_VERSION: print_version(); return 0;
@@ -105,6 +109,8 @@ int main(int argc, char **argv)
 	}
 	if (json)
 		usage_error("--json goes with --info");
+	if (o.reference_quant && (o.out_type < 0 || !moe_type_get(o.out_type)->is_quantized))
+		usage_error("--reference-quant goes with a quantised --type (q8_0, q4_0, q4_1, q5_0, q5_1)");
 	if (nargs != 2)
 		usage_error(nargs < 2 ? "missing INPUT or OUTPUT" : "too many arguments");
 	o.input = argv[optind];

@@ -26,7 +26,8 @@ static void help(void)
 	       "      --imatrix=FILE        weight the error by an importance matrix (moe-bench\n"
 	       "                            --imatrix, or llama.cpp's imatrix.dat)\n"
 	       "      --expert-profile=FILE with --size: a type per routed expert from a\n"
-	       "                            moe-bench --expert-stats profile\n"
+	       "                            moe-bench --expert-stats profile (IN read twice:\n"
+	       "                            a piped IN is first copied to $TMPDIR)\n"
 	       "      --size=SIZE           total output size for --expert-profile (bytes, or\n"
 	       "                            with K, M, G suffix: powers of 1024)\n"
 	       "      --ladder=T1,T2,...    expert types to choose from (default\n"
@@ -42,6 +43,19 @@ static void help(void)
 	       "\n"
 	       "Exit status: 0 success, 1 failure, 2 usage error.  See moe-quant(1).\n",
 	       cli_prog(), moe_quant_recipe_names());
+}
+
+/* Errors about the spooled copy of a pipe name "standard input", not the
+ * /dev/fd/N the library was given. */
+static void die_spooled(moe_error *e, const char *spool_path)
+{
+	size_t n = strlen(spool_path);
+	if (!strncmp(e->msg, spool_path, n)) {
+		char msg[sizeof(e->msg)];
+		snprintf(msg, sizeof(msg), "standard input%s", e->msg + n);
+		snprintf(e->msg, sizeof(e->msg), "%s", msg);
+	}
+	die_error(e);
 }
 
 static void progress(void *ctx, const char *tensor, uint64_t done, uint64_t total)
@@ -229,10 +243,17 @@ int main(int argc, char **argv)
 		o.imatrix_name = b ? b + 1 : imatrix;
 	}
 	moe_quant_plan plan = {0};
-	char desc[256];
+	char desc[256], spool_path[64];
+	int spool_fd = -1;
+	if (profile && !strcmp(o.in, "-")) { /* read twice: spool the pipe to a file */
+		if (moe_quant_spool_stdin(&spool_fd, spool_path, sizeof(spool_path), &e) < 0)
+			die_error(&e);
+		o.in = spool_path;
+	}
+	const char *spooled = spool_fd >= 0 ? spool_path : "\001"; /* never a message prefix */
 	if (profile) {
 		if (moe_quant_plan_experts(&o, profile, size, ladder, n_ladder, &plan, &e) < 0)
-			die_error(&e);
+			die_spooled(&e, spooled);
 		o.expert_types = plan.types;
 		o.plan_n_layer = plan.n_layer;
 		o.plan_n_expert = plan.n_expert;
@@ -243,7 +264,7 @@ int main(int argc, char **argv)
 	}
 	if (dry) {
 		if (dry_run(&o, &e) < 0)
-			die_error(&e);
+			die_spooled(&e, spooled);
 	} else {
 		bool tty = !quiet && isatty(STDERR_FILENO);
 		if (tty)
@@ -251,7 +272,7 @@ int main(int argc, char **argv)
 		moe_quant_result r;
 		double t0 = moe_time_now();
 		if (moe_quant_model(&o, &r, &e) < 0)
-			die_error(&e);
+			die_spooled(&e, spooled);
 		if (tty)
 			fprintf(stderr, "%s: %zu of %zu tensors quantised (%s), %.1f MiB -> %.1f MiB "
 				"in %.1f s\n", cli_prog(), r.n_quantized, r.n_tensors, o.recipe.name,
@@ -259,6 +280,8 @@ int main(int argc, char **argv)
 	}
 	moe_quant_plan_free(&plan);
 	moe_imatrix_free(im);
+	if (spool_fd >= 0)
+		close(spool_fd);
 	free(tt);
 	return 0;
 }

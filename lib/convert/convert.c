@@ -54,6 +54,7 @@ typedef struct plan_tensor {
 	bool gather;
 	uint64_t g_stride[3], g_base, g_count;
 	float *g_src;
+	bool search; /* encode with moe-quant's search, not from_float */
 	/* MXFP4 from HF (gpt-oss): one expert's slice of a blocks tensor
 	 * (src_off: rows of in/32 x 16 bytes, two elements a byte, element 2m
 	 * in the low nibble of byte m) and of its scales tensor (mx_scale_off:
@@ -74,6 +75,7 @@ typedef struct plan {
 	const char *input;
 	moe_src *mem_src[4]; /* tensors made from config.json values */
 	size_t n_mem_src;
+	bool reference_quant; /* moe_convert_opts.reference_quant */
 } plan;
 
 static int plan_push(plan *p, plan_tensor **out, moe_error *e)
@@ -141,6 +143,19 @@ static int load_block(plan_tensor *t, uint64_t sr, uint64_t in_row_bytes, moe_er
 	return 0;
 }
 
+/* t->fbuf (one row of floats) encoded into t->row: quantised types by
+ * moe-quant's searching quantiser (the one implementation of weight
+ * quantisation) unless the reference rounding was asked for. */
+static void encode_row(plan_tensor *t)
+{
+	if (t->search) {
+		moe_quant_rows(t->desc.dtype, t->fbuf, t->row, 1, (int64_t)t->row_elems, NULL, NULL,
+			       NULL);
+		return;
+	}
+	moe_type_get(t->desc.dtype)->from_float(t->fbuf, t->row, (int64_t)t->row_elems);
+}
+
 /* Output row r of a gather into t->row. */
 static int gather_row(plan_tensor *t, uint64_t r, moe_error *e)
 {
@@ -163,7 +178,7 @@ static int gather_row(plan_tensor *t, uint64_t r, moe_error *e)
 	uint64_t at = t->g_base + i2 * t->g_stride[2] + i1 * t->g_stride[1];
 	for (uint64_t i0 = 0; i0 < t->row_elems; i0++)
 		t->fbuf[i0] = t->g_src[at + i0 * t->g_stride[0]];
-	moe_type_get(t->desc.dtype)->from_float(t->fbuf, t->row, (int64_t)t->row_elems);
+	encode_row(t);
 	return 0;
 }
 
@@ -238,7 +253,7 @@ static int plan_fill(void *ctx, uint64_t off, void *buf, size_t n, moe_error *e)
 	uint64_t in_row, out_row;
 	MOE_TRY(moe_type_nbytes(t->src_dtype, t->row_elems, &in_row, e));
 	MOE_TRY(moe_type_nbytes(t->desc.dtype, t->row_elems, &out_row, e));
-	const moe_type_traits *ti = moe_type_get(t->src_dtype), *to = moe_type_get(t->desc.dtype);
+	const moe_type_traits *ti = moe_type_get(t->src_dtype);
 	if (!t->row) {
 		t->row = malloc(out_row);
 		t->fbuf = malloc(t->row_elems * sizeof(float));
@@ -257,7 +272,7 @@ static int plan_fill(void *ctx, uint64_t off, void *buf, size_t n, moe_error *e)
 				memcpy(t->row, s, out_row);
 			} else {
 				ti->to_float(s, t->fbuf, (int64_t)t->row_elems);
-				to->from_float(t->fbuf, t->row, (int64_t)t->row_elems);
+				encode_row(t);
 			}
 			t->row_idx = (int64_t)r;
 		}
@@ -333,6 +348,8 @@ static int plan_add(plan *p, const moe_tensor_place *pl, int out_dtype, uint32_t
 	}
 	t->perm_heads = perm_heads;
 	t->sort_key = sort_key(&t->desc);
+	const moe_type_traits *tt = moe_type_get(out_dtype);
+	t->search = !p->reference_quant && tt && tt->is_quantized && moe_quant_fn(out_dtype);
 	/* The output must be encodable and the source decodable. */
 	if (src_dtype != out_dtype && (!moe_type_get(out_dtype) || !moe_type_get(out_dtype)->from_float))
 		return moe_err(e, MOE_EUNSUPPORTED, "%s: tensor '%s': cannot convert to %s", p->input,
@@ -1095,12 +1112,14 @@ static void conversion_free(conversion *c)
 	source_close(&c->src);
 }
 
-static int conversion_prepare(conversion *c, const char *input, int out_type, moe_error *e)
+static int conversion_prepare(conversion *c, const char *input, int out_type,
+			      bool reference_quant, moe_error *e)
 {
 	memset(c, 0, sizeof *c);
 	moe_arena_init(&c->plan.arena, 0);
 	moe_arena_init(&c->vocab_arena, 0);
 	c->plan.input = input;
+	c->plan.reference_quant = reference_quant;
 	MOE_TRY(source_open(&c->src, input, e));
 	const char *name = NULL, *src_arch = NULL, *fmt, *gen = NULL;
 	if (c->src.gguf) {
@@ -1198,7 +1217,7 @@ int moe_convert(const moe_convert_opts *o, moe_error *e)
 	if (o->out_type >= 0 && !moe_convert_type_ok(o->out_type))
 		return moe_err(e, MOE_EINVAL, "--type must be one of %s", MOE_CONVERT_TYPES);
 	conversion c;
-	int rc = conversion_prepare(&c, o->input, o->out_type, e);
+	int rc = conversion_prepare(&c, o->input, o->out_type, o->reference_quant, e);
 	if (rc == 0)
 		rc = check_output(&c, o->input, o->output, e);
 	if (rc == 0) {
@@ -1309,7 +1328,7 @@ int moe_model_info(const char *path, json_t **out, moe_error *e)
 	if (memcmp(magic, "GGUF", 4))
 		return moe_err(e, MOE_EFORMAT, "%s: neither a UTH nor a GGUF file", path);
 	conversion c;
-	rc = conversion_prepare(&c, path, -1, e);
+	rc = conversion_prepare(&c, path, -1, false, e);
 	if (rc == 0)
 		*out = summarise(path, "gguf", c.meta, moe_uth_writer_count(c.w), writer_get, c.w,
 				 c.plan.n ? 0 : MOE_UTH_FLAG_VOCAB_ONLY);

@@ -13,10 +13,12 @@
  * knapsack, optimal when the error falls convexly with size, as it does
  * here within a factor the ladder steps keep small.
  */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "quant.h"
 #include "uth.h"
@@ -153,7 +155,7 @@ int moe_quant_plan_experts(const moe_quant_opts *o, const char *profile, uint64_
 	memset(p, 0, sizeof(*p));
 	if (strcmp(o->in, "-") == 0)
 		return moe_err(e, MOE_EINVAL, "--expert-profile needs the input model as a file, "
-			       "not a pipe (it is read twice)");
+			       "not a pipe (it is read twice: moe_quant_spool_stdin)");
 	MOE_TRY(load_profile(profile, p, e));
 	if ((rc = moe_uth_open(&u, o->in, e)) < 0)
 		goto out;
@@ -263,4 +265,61 @@ out:
 	free(bytes);
 	free(rung);
 	return rc;
+}
+
+/* ----------------------------------------------- a piped input, spooled */
+
+int moe_quant_spool_stdin(int *fd_out, char *path, size_t path_size, moe_error *e)
+{
+	const char *dir = getenv("TMPDIR");
+	char tmpl[4096];
+	enum { CHUNK = 1 << 20 };
+
+	*fd_out = -1;
+	dir = dir && *dir ? dir : "/tmp";
+	snprintf(tmpl, sizeof(tmpl), "%s/moe-quant-in-XXXXXX", dir);
+	int fd = mkstemp(tmpl);
+	if (fd < 0)
+		return moe_err(e, MOE_EIO, "%s: cannot create the temporary copy of standard "
+			       "input (set TMPDIR to a directory with room for the model): %s",
+			       dir, strerror(errno));
+	unlink(tmpl); /* the space is freed when the descriptor closes, whatever happens */
+	char *buf = malloc(CHUNK);
+	if (!buf) {
+		close(fd);
+		return moe_err(e, MOE_ENOMEM, "out of memory");
+	}
+	uint64_t total = 0;
+	for (;;) {
+		ssize_t n = read(STDIN_FILENO, buf, CHUNK);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int err = errno;
+			free(buf);
+			close(fd);
+			return moe_err(e, MOE_EIO, "standard input: read error: %s", strerror(err));
+		}
+		if (n == 0)
+			break;
+		for (ssize_t off = 0; off < n;) {
+			ssize_t w = write(fd, buf + off, (size_t)(n - off));
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0) {
+				int err = errno;
+				free(buf);
+				close(fd);
+				return moe_err(e, MOE_EIO, "%s: copying standard input (%llu bytes so "
+					       "far) to a temporary file: %s", dir,
+					       (unsigned long long)total, strerror(err));
+			}
+			off += w;
+			total += (uint64_t)w;
+		}
+	}
+	free(buf);
+	snprintf(path, path_size, "/dev/fd/%d", fd);
+	*fd_out = fd;
+	return 0;
 }

@@ -48,8 +48,8 @@ $CONV --info --json "$T/mixtral-f16.uth" > "$T/f16.json"
 $PYTHON3 -c "import json,sys; d=json.load(open('$T/f16.json'))['dtypes']; sys.exit(0 if 'f16' in d and 'f32' in d else 1)"
 ok $? "--type f16 stores matrices as f16 and vectors as f32"
 
-# --type q8_0: the reference quantiser, checked against dequantised values.
-check "HF -> UTH --type q8_0" -- $CONV --type q8_0 "$T/mq-q8_0.hf" "$T/hq8.uth"
+# --type q8_0 --reference-quant: the reference quantiser, byte for byte.
+check "HF -> UTH --type q8_0 --reference-quant" -- $CONV --type q8_0 --reference-quant "$T/mq-q8_0.hf" "$T/hq8.uth"
 check "q8_0 from safetensors equals the q8_0 GGUF (same reference rounding)" -- \
 	"$DIFF" $IGN --ignore-tensor tokenizer.scores --ignore quantization "$T/mq-q8_0-g.uth" "$T/hq8.uth"
 

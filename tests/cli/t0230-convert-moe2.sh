@@ -83,7 +83,7 @@ for spec in "deepseek3 tiny q8_0" "deepseek2 small q4_k" "gpt-oss small q4_k" "p
 		"$DIFF" $IGN --ignore quantization --tol 1e-6 "$T/q-$1-$3-g.uth" "$T/q-$1-$3-h.uth"
 done
 # --type on an HF snapshot applies to the split tensors too.
-check "deepseek2: HF --type q8_0" -- $CONV --type q8_0 "$T/q-deepseek3-q8_0.hf" "$T/ds-q8.uth"
+check "deepseek2: HF --type q8_0 --reference-quant" -- $CONV --type q8_0 --reference-quant "$T/q-deepseek3-q8_0.hf" "$T/ds-q8.uth"
 check "deepseek3 q8_0 from safetensors = the q8_0 GGUF" -- \
 	"$DIFF" $IGN --ignore quantization "$T/q-deepseek3-q8_0-g.uth" "$T/ds-q8.uth"
 

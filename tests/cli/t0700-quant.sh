@@ -169,6 +169,23 @@ meta "$T/plan.uth" "'expert_plan' in m['quantization']"; ok $? "plan recorded in
 "$Q" -n -t q3_k_m --expert-profile "$T/prof.json" --size 100K "$M" >/dev/null 2>"$T/err"
 is "$?" 1 "--size too small: exit 1"
 grep -q "too small" "$T/err"; ok $? "--size too small: says so"
-"$Q" -n --expert-profile "$T/prof.json" --size 1G - <"$M" >/dev/null 2>"$T/err"
-is "$?" 1 "--expert-profile on a pipe: exit 1"
+# a piped IN is read twice through an unlinked copy in $TMPDIR
+mkdir -p "$T/spool"
+TMPDIR="$T/spool" "$Q" -n -t q3_k_m --expert-profile "$T/prof.json" --size "$budget" - \
+	<"$M" >"$T/plan-pipe" 2>"$T/err"
+ok $? "--expert-profile with a piped IN (--dry-run)"
+cmp -s "$T/plan" "$T/plan-pipe"; ok $? "piped IN: the same plan as from the file"
+cat "$M" | TMPDIR="$T/spool" "$Q" -q -t q3_k_m --expert-profile "$T/prof.json" --size "$budget" \
+	- - | cat >"$T/plan-pipe.uth"
+cmp -s "$T/plan.uth" "$T/plan-pipe.uth"; ok $? "piped IN and OUT: the same bytes as file to file"
+[ -z "$(ls -A "$T/spool")" ]; ok $? "no temporary copy left in TMPDIR"
+TMPDIR="$T/nonexistent" "$Q" -q -t q3_k_m --expert-profile "$T/prof.json" --size "$budget" - \
+	"$T/out/x.uth" <"$M" 2>"$T/err"
+is "$?" 1 "TMPDIR missing: exit 1"
+grep -q "nonexistent.*TMPDIR" "$T/err"; ok $? "TMPDIR missing: the directory named: $(cat "$T/err")"
+head -c $((size - 5000)) "$M" | TMPDIR="$T/spool" "$Q" -q -t q3_k_m \
+	--expert-profile "$T/prof.json" --size "$budget" - "$T/out/x.uth" 2>"$T/err"
+is "$?" 1 "truncated piped IN with a profile: exit 1"
+grep -q "^moe-quant: standard input: .*truncated" "$T/err"; ok $? "... names standard input: $(cat "$T/err")"
+[ -z "$(ls -A "$T/out")" ] && [ -z "$(ls -A "$T/spool")" ]; ok $? "... nothing left behind"
 done_testing
