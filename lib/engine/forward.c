@@ -233,7 +233,9 @@ static void attn_worker(void *arg, int ith, int nth)
 	const uint8_t **vp = kp + eng->kv.n_blocks;
 	(void)nth;
 	for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
-		int tile = it / Hkv, g = it % Hkv, t0 = eng->attn_first[tile];
+		/* the last tiles first: they have the most keys, and the
+		 * threads finish together when the short ones come last */
+		int tile = j->n_items / Hkv - 1 - it / Hkv, g = it % Hkv, t0 = eng->attn_first[tile];
 		int n = eng->attn_first[tile + 1] - t0;
 		int first = INT32_MAX, last = 0;
 		for (int i = 0; i < n; i++) {
