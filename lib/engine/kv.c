@@ -54,7 +54,7 @@ int moe_kv_init(moe_engine *eng, int n_tokens, int block_tokens, bool keep_all, 
 		kv->layer_at[il] = kv->layer_win[il] ? kv->n_win_layers++ : n_full++;
 	}
 	uint64_t lb, bb, wb, total, wtotal;
-	if (!moe_mul_u64(2ull * block_tokens, eng->kv_row_bytes, &lb) ||
+	if (!moe_mul_u64((uint64_t)eng->kv_rows * block_tokens, eng->kv_row_bytes, &lb) ||
 	    !moe_mul_u64(lb, (uint64_t)n_full, &bb) || !moe_mul_u64(bb, (uint64_t)kv->n_blocks, &total) ||
 	    !moe_mul_u64(lb, (uint64_t)kv->n_win_layers, &wb) ||
 	    !moe_mul_u64(wb, (uint64_t)kv->n_blocks, &wtotal) || total > SIZE_MAX / 4 ||
