@@ -76,7 +76,7 @@ int moe_deepseek2_init(moe_engine *eng, moe_error *e)
 		return moe_err(e, MOE_ERANGE, "engine: scratch size overflows");
 	eng->ds.scratch_bytes = (scr + 63) & ~(size_t)63;
 	eng->ds.qx_bytes = ((size_t)qb + 127) & ~(size_t)63;
-	eng->ds.score_stride = MLA_HEADS * (size_t)eng->n_ctx + row + 16;
+	eng->ds.score_stride = MLA_HEADS * (size_t)eng->n_ctx + row + lat * (size_t)eng->kv.block_tokens + 16;
 	if (!(eng->ds.qa = moe_arena_alloc(a, B * max_sz(hp->q_lora_rank, 1) * sizeof(float), 64)) ||
 	    !(eng->ds.kva = moe_arena_alloc(a, B * row * sizeof(float), 64)) ||
 	    !(eng->ds.qcat = moe_arena_alloc(a, B * H * row * sizeof(float), 64)) ||
@@ -137,9 +137,11 @@ typedef struct {
 
 /* Tasks are (token, group of MLA_HEADS heads).  Per head: scores against
  * every cached row of the token's sequence (one dot product of the
- * absorbed query with the row), causal softmax; then each cached row is
- * converted once and added into every head's latent output.  Sums run
- * over positions in order: the same whatever else the step holds. */
+ * absorbed query with the row), causal softmax.  Then block by block, the
+ * block's latents are converted once into floats, transposed ([kv_lora]
+ * [block_tokens]), so that each head's output dimension d gains one dot
+ * product of its weights with column d (the kernel's float dot).  Blocks
+ * in position order: the same sums whatever else the step holds. */
 static void mla_worker(void *arg, int ith, int nth)
 {
 	mla_job *j = arg;
@@ -150,10 +152,10 @@ static void mla_worker(void *arg, int ith, int nth)
 	int bt = eng->kv.block_tokens, n_ctx = eng->n_ctx, groups = (H + MLA_HEADS - 1) / MLA_HEADS;
 	float scale = (float)hp->kq_scale;
 	float *scores = eng->ds.scores + (size_t)ith * eng->ds.score_stride;
-	float *vrow = scores + (size_t)MLA_HEADS * n_ctx;
+	float *vrow = scores + (size_t)MLA_HEADS * n_ctx, *cols = vrow + row;
 	void *qx = eng->ds.qx + (size_t)ith * eng->ds.qx_bytes;
 	int act = moe_type_get(eng->kv_type)->vec_dot_type;
-	moe_vec_dot_fn kdot = k->vec_dot[eng->kv_type];
+	moe_vec_dot_fn kdot = k->vec_dot[eng->kv_type], fdot = k->vec_dot[MOE_F32];
 	size_t rowb = eng->kv_row_bytes;
 	for (int task = ith; task < j->B * groups; task += nth) {
 		int t = task / groups, h0 = task % groups * MLA_HEADS;
@@ -186,13 +188,22 @@ static void mla_worker(void *arg, int ith, int nth)
 		moe_to_float_fn to_float = k->to_float[eng->kv_type];
 		if (!to_float)
 			to_float = moe_type_get(eng->kv_type)->to_float;
-		for (int p = 0; p < n_pos; p++) {
-			to_float(moe_kv_k(eng, s->blocks[p / bt], j->il) + (size_t)(p % bt) * rowb, vrow,
-				 row);
-			for (int i = 0; i < hn; i++) {
-				float w = scores[(size_t)i * n_ctx + p], *oh = o + (size_t)i * lat;
+		for (int b0 = 0; b0 < n_pos; b0 += bt) {
+			int nb = n_pos - b0 < bt ? n_pos - b0 : bt;
+			const uint8_t *blk = moe_kv_k(eng, s->blocks[b0 / bt], j->il);
+			for (int p = 0; p < nb; p++) {
+				to_float(blk + (size_t)p * rowb, vrow, row);
 				for (int d = 0; d < lat; d++)
-					oh[d] += w * vrow[d];
+					cols[(size_t)d * bt + p] = vrow[d];
+			}
+			for (int i = 0; i < hn; i++) {
+				const float *w = scores + (size_t)i * n_ctx + b0;
+				float *oh = o + (size_t)i * lat;
+				for (int d = 0; d < lat; d++) {
+					float part;
+					fdot(nb, &part, cols + (size_t)d * bt, w);
+					oh[d] += part;
+				}
 			}
 		}
 	}
