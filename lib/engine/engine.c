@@ -268,6 +268,9 @@ int moe_engine_step(moe_engine *eng, const moe_step_token *t, int n, moe_error *
 		t[i].seq->tokens[t[i].pos] = t[i].id;
 	for (int done = 0; done < n;) {
 		int B = n - done < eng->n_batch ? n - done : eng->n_batch;
+		/* window slots for the chunk's positions (sliding layers) */
+		for (int i = done; i < done + B; i++)
+			moe_kv_window_ready(t[i].seq, t[i].pos + 1);
 		/* a failed chunk leaves its sequences where they were (earlier
 		 * chunks of this step stay evaluated) */
 		MOE_TRY(moe_forward(eng, t + done, B, e));

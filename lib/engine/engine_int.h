@@ -61,7 +61,9 @@ struct moe_seq {
 	int32_t *tokens;      /* [cap] */
 	int32_t *blocks;      /* [max_blocks] block ids, position p in blocks[p / block_tokens] */
 	int n_blocks;
-	int win_lo;           /* it holds the window slots of blocks[win_lo..n_blocks) */
+	int win_lo, win_hi;   /* it holds the window slots of blocks[win_lo..win_hi);
+			       * blocks from win_hi on (reserved for a step's later
+			       * chunks) get theirs as their chunk comes */
 	int cap;
 	uint64_t mark;        /* the step that last saw it (moe_engine_step) */
 	int step_next;        /* its next position within that step */
@@ -160,6 +162,10 @@ void moe_kv_free(moe_engine *eng);
 /* Make sure positions [s->n_pos, upto) have private, writable blocks.
  * MOE_ERANGE when the pool is out of blocks. */
 int moe_kv_reserve(moe_seq *s, int upto, moe_error *e);
+/* Window slots (sliding layers, kv.c) for positions [s->n_pos, upto) of
+ * blocks moe_kv_reserve reserved, after giving back those behind n_pos:
+ * before each forward chunk, so a long prompt holds its window only. */
+void moe_kv_window_ready(moe_seq *s, int upto);
 /* Mark blocks filled up to n_pos as cached (called after a step) and give
  * back the window slots that fell behind. */
 void moe_kv_seal(moe_seq *s);
@@ -173,15 +179,6 @@ static inline uint8_t *moe_kv_k(const moe_engine *eng, int block, int layer)
 		return kv->wdata + (size_t)kv->blocks[block].win * kv->wslot_bytes +
 		       (size_t)kv->layer_at[layer] * kv->layer_bytes;
 	return kv->data + (size_t)block * kv->block_bytes + (size_t)kv->layer_at[layer] * kv->layer_bytes;
-}
-/* First position a query at pos reads in layer il: its window's first
- * block on sliding layers (rows before the window may have been given
- * back), else 0; keys before the window itself still take no weight. */
-static inline int moe_kv_first(const moe_engine *eng, int layer, int pos)
-{
-	const kv_pool *kv = &eng->kv;
-	int lo = kv->layer_win[layer] ? pos + 1 - kv->window : 0;
-	return lo > 0 ? lo / kv->block_tokens * kv->block_tokens : 0;
 }
 static inline uint8_t *moe_kv_v(const moe_engine *eng, int block, int layer)
 {

@@ -225,6 +225,7 @@ int moe_seq_load(moe_seq *s, const char *path, const int32_t *prompt, size_t n_p
 		goto out;
 	if ((rc = moe_kv_reserve(s, (int)keep, e)) < 0)
 		goto out;
+	moe_kv_window_ready(s, (int)keep);
 	size_t step = (size_t)eng->kv_rows * eng->kv_row_bytes;
 	for (uint32_t il = 0; il < L; il++) {
 		uint8_t *kv = raw + 4 * (size_t)n + (size_t)il * n * step;

@@ -334,6 +334,9 @@ uint64_t moe_model_active_bytes(const moe_model *m)
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		const moe_layer *L = &m->layers[il];
 		b += wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) + wbytes(&L->wo);
+		/* latent attention (deepseek2; absent elsewhere) */
+		b += wbytes(&L->wq_a) + wbytes(&L->wq_b) + wbytes(&L->wkv_a) + wbytes(&L->wk_b) +
+		     wbytes(&L->wv_b);
 		if (L->is_moe) {
 			b += wbytes(&L->router) + wbytes(&L->sh_gate) + wbytes(&L->sh_up) +
 			     wbytes(&L->sh_down) + wbytes(&L->sh_router);
