@@ -5,7 +5,7 @@
  *
  * Compiled with $(AVX2_CFLAGS); kernels.c calls moe_kernels_fill_avx2 only
  * on a CPU that has these instructions.  Dot products for every type, and
- * for Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q5_0 and IQ4_NL a tiled GEMM (rows in the lanes, the
+ * for Q2_K .. Q6_K, Q8_0, Q4_0, Q5_0 and IQ4_NL a tiled GEMM (rows in the lanes, the
  * weights unpacked once for many tokens) that gives the same bits as the
  * dot products (the reduction orders are described with each); the other
  * types' products loop over the dot products.
@@ -455,8 +455,7 @@ INLINE void k23_dot(const int three, int64_t n, float *s, const void *w, const v
 	const moe_block_q8_k *y = x;
 	const size_t bsz = three ? sizeof(moe_block_q3_k) : sizeof(moe_block_q2_k);
 	const __m256i m2 = _mm256_set1_epi8(3);
-	__m256 acc = _mm256_setzero_ps();
-	float sum = 0.0f;
+	__m128 acc = _mm_setzero_ps();
 
 	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
 		const uint8_t *b = (const uint8_t *)w + i * bsz;
@@ -495,14 +494,16 @@ INLINE void k23_dot(const int three, int64_t n, float *s, const void *w, const v
 					sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), scv));
 			}
 		}
+		/* The K-quant order: exact isum (Q3_K's -4 offsets in it) and
+		 * Q2_K's msum, then ksb_step. */
 		float d = h2f(b + (three ? offsetof(moe_block_q3_k, d) : offsetof(moe_block_q2_k, d)));
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d * y[i].d), acc);
 		if (three)
-			sum -= d * y[i].d * (float)off;
+			acc = ksb_step(acc, hsum8i(sumi) - off, 0, d, 0.0f, y[i].d);
 		else
-			sum -= h2f(b + offsetof(moe_block_q2_k, dmin)) * y[i].d * (float)off;
+			acc = ksb_step(acc, hsum8i(sumi), off, d,
+				       h2f(b + offsetof(moe_block_q2_k, dmin)), y[i].d);
 	}
-	*s = hsum8(acc) + sum;
+	*s = _mm_cvtss_f32(acc);
 }
 
 static void vec_dot_q2_k(int64_t n, float *s, const void *w, const void *x)
@@ -560,7 +561,7 @@ typedef struct {
 	float d[KSB2][8], dmin[KSB2][8];
 } kq2_pack;
 
-enum { KQ2_Q4_K, KQ2_Q5_K, KQ2_Q6_K };
+enum { KQ2_Q4_K, KQ2_Q5_K, KQ2_Q6_K, KQ2_Q2_K, KQ2_Q3_K };
 
 /* out[j] lane r = in[r] lane j, 8 x 8 32-bit lanes. */
 INLINE void transpose8(__m256i v[8])
@@ -587,6 +588,20 @@ INLINE void transpose8(__m256i v[8])
 INLINE __m256i kq2_codes(const int kind, const uint8_t *b, int c)
 {
 	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	if (kind == KQ2_Q2_K || kind == KQ2_Q3_K) {
+		/* Element 128h + 32j + l: field j of qs[32h + l]; Q3_K adds 4
+		 * where bit 4h + j of hmask[l] is set. */
+		const int three = kind == KQ2_Q3_K, h = c / 4, j = c % 4;
+		const size_t qs = three ? offsetof(moe_block_q3_k, qs) : offsetof(moe_block_q2_k, qs);
+		__m256i q = _mm256_loadu_si256((const void *)(b + qs + 32 * h));
+		q = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3));
+		if (three) {
+			__m256i hm = _mm256_loadu_si256((const void *)(b + offsetof(moe_block_q3_k, hmask)));
+			hm = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi8(1));
+			q = _mm256_add_epi8(q, _mm256_slli_epi16(hm, 2));
+		}
+		return q;
+	}
 	if (kind == KQ2_Q6_K) {
 		const moe_block_q6_k *q = (const void *)b;
 		const int h = c / 4, k = c % 4;
@@ -611,8 +626,10 @@ INLINE __m256i kq2_codes(const int kind, const uint8_t *b, int c)
 static void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ldw, int rows,
 		       int64_t i0, int nsb)
 {
-	const size_t bsz = kind == KQ2_Q6_K ? sizeof(moe_block_q6_k)
+	const size_t bsz = kind == KQ2_Q6_K   ? sizeof(moe_block_q6_k)
 			   : kind == KQ2_Q5_K ? sizeof(moe_block_q5_k)
+			   : kind == KQ2_Q2_K ? sizeof(moe_block_q2_k)
+			   : kind == KQ2_Q3_K ? sizeof(moe_block_q3_k)
 					      : sizeof(moe_block_q4_k);
 	for (int sb = 0; sb < nsb; sb++) {
 		__m256i v[8];
@@ -634,7 +651,27 @@ static void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ld
 				pk->d[sb][r] = pk->dmin[sb][r] = 0.0f;
 				continue;
 			}
-			if (kind == KQ2_Q6_K) {
+			if (kind == KQ2_Q2_K || kind == KQ2_Q3_K) {
+				const int three = kind == KQ2_Q3_K;
+				int16_t sc[16], mn[16];
+				for (int g = 0; g < 16; g++) {
+					if (three) {
+						sc[g] = (int16_t)(moe_k3_scale(
+							b + offsetof(moe_block_q3_k, scales), g) - 32);
+						mn[g] = (int16_t)(-4 * sc[g]);
+					} else {
+						sc[g] = (int16_t)(b[g] & 0x0F);
+						mn[g] = (int16_t)(b[g] >> 4);
+					}
+					pk->sc[sb][g][r] = (int32_t)((uint32_t)(uint16_t)sc[g] * 0x10001u);
+				}
+				for (int j = 0; j < 8; j++)
+					pk->mm[sb][j][r] = (int32_t)((uint32_t)(uint16_t)mn[2 * j] |
+								     (uint32_t)(uint16_t)mn[2 * j + 1] << 16);
+				pk->d[sb][r] = h2f(b + (three ? offsetof(moe_block_q3_k, d)
+							      : offsetof(moe_block_q2_k, d)));
+				pk->dmin[sb][r] = three ? 0.0f : h2f(b + offsetof(moe_block_q2_k, dmin));
+			} else if (kind == KQ2_Q6_K) {
 				const moe_block_q6_k *q = (const void *)b;
 				for (int g = 0; g < 16; g++)
 					pk->sc[sb][g][r] = (int32_t)((uint32_t)(uint16_t)q->scales[g] *
@@ -674,9 +711,11 @@ INLINE __m256i bcast32_2(const uint8_t *p)
 INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, int64_t i0,
 		     const uint8_t *x, size_t ldx, __m256 acc[GT2])
 {
-	/* Steps of 4 codes per 16-bit partial sum; groups of 32 (16 for Q6_K). */
-	const int U = kind == KQ2_Q4_K ? 8 : kind == KQ2_Q5_K ? 4 : 2;
-	const int ng = kind == KQ2_Q6_K ? 16 : 8, gl = 64 / ng;
+	/* Steps of 4 codes per 16-bit partial sum; groups of 32 (16 for Q6_K,
+	 * Q2_K, Q3_K, whose codes are at most 7: 8 products fit 16 bits). */
+	const int k16 = kind == KQ2_Q6_K || kind == KQ2_Q2_K || kind == KQ2_Q3_K;
+	const int U = kind == KQ2_Q4_K ? 8 : kind == KQ2_Q5_K ? 4 : kind == KQ2_Q6_K ? 2 : 4;
+	const int ng = k16 ? 16 : 8, gl = 64 / ng;
 	for (int sb = 0; sb < nsb; sb++) {
 		const moe_block_q8_k *y0 = (const void *)(x + (i0 + sb) * sizeof(moe_block_q8_k));
 		__m256i is[GT2], ms[GT2];
@@ -707,7 +746,8 @@ INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, i
 			MOE_UNROLL2 for (int t = 0; t < T; t++) {
 				const uint8_t *y = (const uint8_t *)y0 + t * ldx;
 				__m256i bs = bcast32_2(y + offsetof(moe_block_q8_k, bsums) + 4 * j);
-				if (kind == KQ2_Q6_K) /* the -32 offsets belong to isum */
+				/* Q6_K's -32 and Q3_K's -4 offsets belong to isum. */
+				if (kind == KQ2_Q6_K || kind == KQ2_Q3_K)
 					is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(mm, bs));
 				else
 					ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mm, bs));
@@ -778,6 +818,8 @@ INLINE void kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, 
 MOE_KQ2_GEMM(q4_k, KQ2_Q4_K)
 MOE_KQ2_GEMM(q5_k, KQ2_Q5_K)
 MOE_KQ2_GEMM(q6_k, KQ2_Q6_K)
+MOE_KQ2_GEMM(q2_k, KQ2_Q2_K)
+MOE_KQ2_GEMM(q3_k, KQ2_Q3_K)
 
 /* The tiled GEMM for the X_ types: 8 rows' values unpacked once as |w|
  * and w, [block][k / 4][8 rows][4 bytes], reused for every token; the sign
@@ -1017,6 +1059,8 @@ void moe_kernels_fill_avx2(moe_kernels *k)
 	k->gemm[MOE_Q4_K] = q4_k_gemm;
 	k->gemm[MOE_Q5_K] = q5_k_gemm;
 	k->gemm[MOE_Q6_K] = q6_k_gemm;
+	k->gemm[MOE_Q2_K] = q2_k_gemm;
+	k->gemm[MOE_Q3_K] = q3_k_gemm;
 	k->gemm[MOE_Q8_0] = q8_0_gemm;
 	k->gemm[MOE_Q4_0] = q4_0_gemm;
 	k->gemm[MOE_Q5_0] = q5_0_gemm;
