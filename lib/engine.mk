@@ -4,7 +4,7 @@
 noinst_HEADERS += lib/engine.h lib/engine/engine_int.h
 lib_libmoecore_a_SOURCES += lib/engine/engine.c lib/engine/kv.c lib/engine/forward.c \
 	lib/engine/request.c lib/engine/sched.c lib/engine/kvfile.c
-lib_libmoecore_a_SOURCES += lib/engine/arch_phimoe.c
+lib_libmoecore_a_SOURCES += lib/engine/arch_phimoe.c lib/engine/arch_deepseek2.c
 
 # Test helper: logits and greedy ids for token ids (compared with tests/ref).
 check_PROGRAMS += tests/unit/engine-run
@@ -25,6 +25,9 @@ tests_unit_t_engine_LDADD = $(MOE_LIBS)
 # Issue 14: phimoe's LongRoPE long factors against the reference.
 TESTS += tests/cli/t0415-engine-longrope.sh
 EXTRA_DIST += tests/cli/t0415-engine-longrope.sh
+# Issue 14: deepseek2 (latent attention, DeepSeek's routers) against the reference.
+TESTS += tests/cli/t0412-engine-deepseek2.sh
+EXTRA_DIST += tests/cli/t0412-engine-deepseek2.sh
 # Issue 14: gpt-oss's sliding layers keep their window only (kv.c);
 # engine-window: prefix sharing and rewinds past the window.
 check_PROGRAMS += tests/unit/engine-window

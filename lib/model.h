@@ -52,6 +52,15 @@ typedef struct moe_layer {
 	 * expert biases [n_expert] of [n_ff_exp] / [n_embd], or NULL */
 	const float *sinks, *router_b;
 	const float **exp_gate_b, **exp_up_b, **exp_down_b;
+	/* issue 14 (deepseek2, multi-head latent attention; wq/wk/wv unused):
+	 * queries direct (wq) or low-rank: wq_a [q_lora x n_embd], its norm
+	 * q_a_norm [q_lora], wq_b [n_head*hd x q_lora]; wkv_a [kv_lora + rope x
+	 * n_embd] (latent ++ the shared rope key), kv_a_norm [kv_lora]; per head
+	 * h, rows h*kv_lora.. of wk_b [n_head*kv_lora x nope] and rows h*hdv..
+	 * of wv_b [n_head*hdv x kv_lora]; the expert score-correction bias
+	 * [n_expert] (V3), or NULL */
+	moe_weight wq_a, wq_b, wkv_a, wk_b, wv_b;
+	const float *q_a_norm, *kv_a_norm, *exp_probs_b;
 } moe_layer;
 
 typedef struct moe_model {

@@ -41,7 +41,7 @@ static const moe_arch_info arch_table[] = {
 	{"olmoe", "olmoe", hf_olmoe, MOE_ROPE_NEOX, MOE_QK_NORM_FULL, MOE_NORM_RMS, false, false,
 	 true},
 	{"deepseek2", "deepseek2", hf_deepseek2, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,
-	 false, false, false},
+	 false, false, true},
 	{"phimoe", "phimoe", hf_phimoe, MOE_ROPE_NEOX, MOE_QK_NORM_NONE, MOE_NORM_LAYER, true, false,
 	 true},
 	{"granitemoe", "granitemoe", hf_granitemoe, MOE_ROPE_NORM, MOE_QK_NORM_NONE, MOE_NORM_RMS,

@@ -341,6 +341,20 @@ static int tc_layer(tcheck *c, uint32_t il, moe_error *e)
 		 nkv = (uint64_t)hp->n_head_kv * hd, nv = (uint64_t)hp->n_head_kv * hp->head_dim_v,
 		 no = (uint64_t)hp->n_head * hp->head_dim_v;
 #define NAME(fmt, ...) (snprintf(nm, sizeof nm, fmt, __VA_ARGS__), nm)
+	if (hp->attention == MOE_ATTN_MLA) {
+		/* latent attention: queries direct or low-rank (attn_kv_a_mqa,
+		 * attn_k_b and attn_v_b are checked by tc_issue14) */
+		uint64_t qr = hp->q_lora_rank;
+		MOE_TRY(tc_matrix(c, NAME("blk.%u.attn_q.weight", il), nq, E, !qr, F_N_HEAD, e));
+		MOE_TRY(tc_matrix(c, NAME("blk.%u.attn_q_a.weight", il), qr, E, qr, F_Q_LORA_RANK, e));
+		MOE_TRY(tc_vector(c, NAME("blk.%u.attn_q_a_norm.weight", il), qr, qr, F_Q_LORA_RANK,
+				  e));
+		MOE_TRY(tc_matrix(c, NAME("blk.%u.attn_q_b.weight", il), nq, qr, qr, F_Q_LORA_RANK, e));
+		MOE_TRY(tc_vector(c, NAME("blk.%u.attn_kv_a_norm.weight", il), hp->kv_lora_rank, true,
+				  F_KV_LORA_RANK, e));
+		MOE_TRY(tc_matrix(c, NAME("blk.%u.attn_output.weight", il), E, no, true, F_N_HEAD, e));
+		goto ffn;
+	}
 	MOE_TRY(tc_matrix(c, NAME("blk.%u.attn_q.weight", il), nq, E, true, F_N_HEAD, e));
 	MOE_TRY(tc_matrix(c, NAME("blk.%u.attn_k.weight", il), nkv, E, true, F_N_HEAD_KV, e));
 	MOE_TRY(tc_matrix(c, NAME("blk.%u.attn_v.weight", il), nv, E, true, F_N_HEAD_KV, e));
@@ -369,6 +383,7 @@ static int tc_layer(tcheck *c, uint32_t il, moe_error *e)
 		MOE_TRY(tc_vector(c, NAME("blk.%u.attn_k_norm.weight", il), full ? nkv : hd, true,
 				  F_HEAD_DIM, e));
 	}
+ffn:
 	MOE_TRY(tc_vector(c, NAME("blk.%u.ffn_norm.weight", il), E, true, F_N_EMBD, e));
 	bool is_moe = hp->n_expert > 0 && il >= hp->n_layer_dense_lead;
 	if (!is_moe) {
@@ -379,6 +394,8 @@ static int tc_layer(tcheck *c, uint32_t il, moe_error *e)
 	}
 	MOE_TRY(tc_matrix(c, NAME("blk.%u.ffn_gate_inp.weight", il), hp->n_expert, E, true,
 			  F_N_EXPERT, e));
+	MOE_TRY(tc_vector(c, NAME("blk.%u.exp_probs_b.bias", il), hp->n_expert, false, F_N_EXPERT,
+			  e));
 	for (uint32_t x = 0; x < hp->n_expert; x++) {
 		MOE_TRY(tc_matrix(c, NAME("blk.%u.ffn_gate.%u.weight", il, x), hp->n_ff_exp, E, true,
 				  F_N_FF_EXP, e));
@@ -519,13 +536,6 @@ int moe_hparams_check_runnable(const moe_hparams *hp, moe_error *e)
 						    "yet (runs: %s)", hp->arch, moe_arch_runnable_list());
 	if (hp->rope_scaling == MOE_ROPE_SCALING_LLAMA3)
 		return moe_err(e, MOE_EUNSUPPORTED, "llama3 RoPE scaling is not supported yet");
-	/* what the engine does not implement yet, even in an architecture it
-	 * runs (a model that needs it would compute something else) */
-	const char *missing = hp->attention == MOE_ATTN_MLA ? "multi-head latent attention"
-			      : hp->expert_groups > 1          ? "group-limited expert routing"
-			      : NULL;
-	if (missing)
-		return moe_err(e, MOE_EUNSUPPORTED, "%s is not supported by the engine yet", missing);
 	return 0;
 }
 

@@ -22,7 +22,7 @@ static size_t product_scratch(const moe_model *m, int64_t n)
 		const moe_layer *L = &m->layers[il];
 		const moe_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up,
 					 &L->ffn_down, &L->router, &L->sh_gate, &L->sh_up, &L->sh_down,
-					 &L->sh_router};
+					 &L->sh_router, &L->wq_a, &L->wq_b, &L->wkv_a};
 		for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
 			if (w[i]->data)
 				s = max_sz(s, moe_matmul_scratch(w[i]->dtype, w[i]->cols, n));
@@ -71,21 +71,36 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	}
 	const moe_type_traits *kt = moe_type_get(eng->kv_type);
 	int64_t hd = hp->head_dim, kvd = (int64_t)hp->n_head_kv * hd;
+	/* Multi-head latent attention caches one row per position: the latent
+	 * and the rope key (kv_lora + rope values), every head's key and value
+	 * (arch_deepseek2.c). */
+	bool mla = hp->attention == MOE_ATTN_MLA;
+	int64_t row = mla ? (int64_t)hp->kv_lora_rank + hp->rope_head_dim : kvd;
+	int64_t head = mla ? row : hd;
 	/* A head's key must be whole blocks of the cache type, so that its
 	 * slice of a cache row can be handed to the dot kernel. */
-	if (hd % kt->block_size) {
-		rc = moe_err(e, MOE_EUNSUPPORTED, "a %s KV cache needs a head size that is a multiple "
-						  "of %u (this model's is %lld); use --kv-type f16",
-			     kt->name, kt->block_size, (long long)hd);
+	if (head % kt->block_size) {
+		if (mla)
+			rc = moe_err(e, MOE_EUNSUPPORTED, "a %s KV cache needs latent + rope dimensions "
+							  "(kv_lora_rank + rope_head_dim) that are a "
+							  "multiple of %u (this model's are %lld); use "
+							  "--kv-type f16",
+				     kt->name, kt->block_size, (long long)row);
+		else
+			rc = moe_err(e, MOE_EUNSUPPORTED, "a %s KV cache needs a head size that is a "
+							  "multiple of %u (this model's is %lld); use "
+							  "--kv-type f16",
+				     kt->name, kt->block_size, (long long)hd);
 		goto fail;
 	}
 	uint64_t rowb, headb;
-	if ((rc = moe_type_nbytes(eng->kv_type, (uint64_t)kvd, &rowb, e)) < 0 ||
-	    (rc = moe_type_nbytes(eng->kv_type, (uint64_t)hd, &headb, e)) < 0)
+	if ((rc = moe_type_nbytes(eng->kv_type, (uint64_t)row, &rowb, e)) < 0 ||
+	    (rc = moe_type_nbytes(eng->kv_type, (uint64_t)head, &headb, e)) < 0)
 		goto fail;
 	eng->kv_row_bytes = (size_t)rowb;
 	eng->kv_head_bytes = (size_t)headb;
-	eng->k_trans = eng->kv_type == MOE_F16;
+	eng->kv_rows = mla ? 1 : 2;
+	eng->k_trans = !mla && eng->kv_type == MOE_F16;
 	if ((rc = moe_kv_init(eng, kv_size, block, p->kv_keep_all, e)) < 0)
 		goto fail;
 	if ((rc = moe_pool_create(&eng->pool, eng->n_threads, e)) < 0)
@@ -128,7 +143,8 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 #define FLOATS(n) moe_arena_alloc(a, (n) * sizeof(float), 64)
 #define INTS(n) moe_arena_alloc(a, (n) * sizeof(int32_t), 64)
 	if (!(eng->x = FLOATS(B * E)) || !(eng->xn = FLOATS(B * E)) || !(eng->q = FLOATS(B * nq)) ||
-	    !(eng->kb = FLOATS(B * (size_t)kvd)) || !(eng->vb = FLOATS(B * (size_t)kvd)) ||
+	    !(eng->kb = FLOATS(mla ? 1 : B * (size_t)kvd)) ||
+	    !(eng->vb = FLOATS(mla ? 1 : B * (size_t)kvd)) ||
 	    !(eng->att = FLOATS(B * nqv)) || !(eng->tmp = FLOATS(B * E)) ||
 	    !(eng->gate = FLOATS(B * ff)) || !(eng->up = FLOATS(B * ff)) ||
 	    !(eng->router = FLOATS(B * nx)) || !(eng->expert_out = FLOATS(B * k * E)) ||
@@ -153,6 +169,8 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	}
 #undef FLOATS
 #undef INTS
+	if ((rc = moe_deepseek2_init(eng, e)) < 0)
+		goto fail;
 	*out = eng;
 	return 0;
 fail:
@@ -250,6 +268,9 @@ int moe_engine_step(moe_engine *eng, const moe_step_token *t, int n, moe_error *
 		t[i].seq->tokens[t[i].pos] = t[i].id;
 	for (int done = 0; done < n;) {
 		int B = n - done < eng->n_batch ? n - done : eng->n_batch;
+		/* window slots for the chunk's positions (sliding layers) */
+		for (int i = done; i < done + B; i++)
+			moe_kv_window_ready(t[i].seq, t[i].pos + 1);
 		/* a failed chunk leaves its sequences where they were (earlier
 		 * chunks of this step stay evaluated) */
 		MOE_TRY(moe_forward(eng, t + done, B, e));

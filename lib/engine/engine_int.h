@@ -11,7 +11,10 @@
  * one row per position (kv_row_bytes, kv_type), V the same, except for an
  * F16 cache where K is transposed — [kv dims][block_tokens] — so that the
  * attention kernel reads a dimension's keys contiguously, as it wants them
- * (kernels.h, moe_attn_tile). */
+ * (kernels.h, moe_attn_tile).
+ * Multi-head latent attention (deepseek2) keeps one row per position and
+ * layer instead (kv_rows 1): the latent and the rope key, which serve as
+ * every head's key and value (arch_deepseek2.c). */
 typedef struct kv_block {
 	int32_t ref;       /* sequences holding it */
 	bool cached;       /* full, its tokens known: reusable by a new sequence */
@@ -58,7 +61,9 @@ struct moe_seq {
 	int32_t *tokens;      /* [cap] */
 	int32_t *blocks;      /* [max_blocks] block ids, position p in blocks[p / block_tokens] */
 	int n_blocks;
-	int win_lo;           /* it holds the window slots of blocks[win_lo..n_blocks) */
+	int win_lo, win_hi;   /* it holds the window slots of blocks[win_lo..win_hi);
+			       * blocks from win_hi on (reserved for a step's later
+			       * chunks) get theirs as their chunk comes */
 	int cap;
 	uint64_t mark;        /* the step that last saw it (moe_engine_step) */
 	int step_next;        /* its next position within that step */
@@ -72,7 +77,8 @@ struct moe_engine {
 	int n_threads, n_batch, kv_type, n_ctx;
 	size_t kv_row_bytes;     /* one position's K (or V) in one layer */
 	size_t kv_head_bytes;    /* one head's slice of that row */
-	bool k_trans;            /* F16: K transposed per block */
+	int kv_rows;             /* rows per position and layer: K and V (2), or the latent (1) */
+	bool k_trans;            /* F16: K transposed per block (not for the latent) */
 	kv_pool kv;
 	int n_seqs;
 	moe_arena arena;         /* every buffer below */
@@ -122,6 +128,22 @@ struct moe_engine {
 	void *hidden_user;
 	moe_observe_fn observe_fn;
 	void *observe_user;
+	/* arch_deepseek2.c: latent attention (shapes for B = n_batch; NULL
+	 * unless the model has it) and the grouped router */
+	struct {
+		float *qa;             /* [B, q_lora] low-rank queries */
+		float *kva;            /* [B, kv_lora + rope] latent ++ rope key */
+		float *qcat;           /* [B, H, kv_lora + rope] absorbed queries ++ rope parts */
+		float *olat;           /* [B, H, kv_lora] attention output in the latent space */
+		float *scores;         /* per thread: [MLA_HEADS][n_ctx] scores + a row */
+		size_t score_stride;   /* floats per thread */
+		uint8_t *scratch;      /* per thread: one head's product */
+		size_t scratch_bytes;
+		uint8_t *qx;           /* per thread: a query quantised for the cache type */
+		size_t qx_bytes;
+		float *choice;         /* [2 n_expert] the router's choice values, group scores */
+		int32_t *groups;       /* [n_expert] the groups kept */
+	} ds;
 };
 
 /* Steps of at most this many tokens run each expert whole on one thread
@@ -140,6 +162,10 @@ void moe_kv_free(moe_engine *eng);
 /* Make sure positions [s->n_pos, upto) have private, writable blocks.
  * MOE_ERANGE when the pool is out of blocks. */
 int moe_kv_reserve(moe_seq *s, int upto, moe_error *e);
+/* Window slots (sliding layers, kv.c) for positions [s->n_pos, upto) of
+ * blocks moe_kv_reserve reserved, after giving back those behind n_pos:
+ * before each forward chunk, so a long prompt holds its window only. */
+void moe_kv_window_ready(moe_seq *s, int upto);
 /* Mark blocks filled up to n_pos as cached (called after a step) and give
  * back the window slots that fell behind. */
 void moe_kv_seal(moe_seq *s);
@@ -154,22 +180,37 @@ static inline uint8_t *moe_kv_k(const moe_engine *eng, int block, int layer)
 		       (size_t)kv->layer_at[layer] * kv->layer_bytes;
 	return kv->data + (size_t)block * kv->block_bytes + (size_t)kv->layer_at[layer] * kv->layer_bytes;
 }
-/* First position a query at pos reads in layer il: its window's first
- * block on sliding layers (rows before the window may have been given
- * back), else 0; keys before the window itself still take no weight. */
-static inline int moe_kv_first(const moe_engine *eng, int layer, int pos)
-{
-	const kv_pool *kv = &eng->kv;
-	int lo = kv->layer_win[layer] ? pos + 1 - kv->window : 0;
-	return lo > 0 ? lo / kv->block_tokens * kv->block_tokens : 0;
-}
 static inline uint8_t *moe_kv_v(const moe_engine *eng, int block, int layer)
 {
-	return moe_kv_k(eng, block, layer) + eng->kv.layer_bytes / 2;
+	return moe_kv_k(eng, block, layer) + eng->kv.layer_bytes / 2; /* kv_rows 2 only */
 }
 
 /* forward.c */
 int moe_forward(moe_engine *eng, const moe_step_token *t, int B, moe_error *e);
+
+/* forward.c's pieces the architecture files use */
+void moe_fwd_rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps);
+/* RoPE of one head vector of step token t (the first n_rot dims). */
+void moe_fwd_rope(const moe_engine *eng, float *v, int t);
+/* Y_i[n x w_i->rows] = X W_i^T for n_w <= 3 weights in one pool job. */
+void moe_fwd_products(moe_engine *eng, int layer, const float *X, int64_t n, int n_w,
+		      const moe_weight *const *w, float *const *Y);
+/* Y[n x w->rows] (row stride ldy) = X W^T over the pool. */
+void moe_fwd_matmul(moe_engine *eng, const moe_weight *w, int layer, const float *X, int64_t n,
+		    float *Y, int64_t ldy);
+/* The k largest of v[0..n) in decreasing order (equal ones: lower index first). */
+void moe_fwd_top_k(const float *v, int n, int k, int32_t *idx);
+
+/* arch_deepseek2.c — DeepSeek-V2/V3's pieces. */
+/* The buffers below (engine arena), after the KV pool and thread count are set. */
+int moe_deepseek2_init(moe_engine *eng, moe_error *e);
+/* One layer's multi-head latent attention for the step's B tokens:
+ * x += attention(RMSNorm(x)), the cache rows of the tokens written. */
+void moe_mla_attention(moe_engine *eng, int il, int B);
+/* DeepSeek's choice of k experts from the gating scores[n_expert]: plus the
+ * score-correction bias (may be NULL), limited to the best groups. */
+void moe_route_deepseek(moe_engine *eng, const float *bias, const float *scores, int k,
+			int32_t *sel);
 
 /* arch_phimoe.c — Phi-3.5-MoE's pieces. */
 /* y = (x - mean) / sqrt(var + eps) * w + b over n values (LayerNorm). */

@@ -233,7 +233,9 @@ static void attn_worker(void *arg, int ith, int nth)
 	const uint8_t **vp = kp + eng->kv.n_blocks;
 	(void)nth;
 	for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
-		int tile = it / Hkv, g = it % Hkv, t0 = eng->attn_first[tile];
+		/* the last tiles first: they have the most keys, and the
+		 * threads finish together when the short ones come last */
+		int tile = j->n_items / Hkv - 1 - it / Hkv, g = it % Hkv, t0 = eng->attn_first[tile];
 		int n = eng->attn_first[tile + 1] - t0;
 		int first = INT32_MAX, last = 0;
 		for (int i = 0; i < n; i++) {
@@ -309,6 +311,10 @@ static void attention(moe_engine *eng, int il, int B)
 	int64_t E = hp->n_embd, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
 	int64_t nq = H * hd, kvd = Hkv * hd;
 
+	if (hp->attention == MOE_ATTN_MLA) { /* deepseek2: arch_deepseek2.c */
+		moe_mla_attention(eng, il, B);
+		return;
+	}
 	for (int t = 0; t < B; t++)
 		norm(hp, eng->xn + t * E, eng->x + t * E, L->attn_norm, L->attn_norm_b, E);
 	/* q, k and v read the same input: one job */
@@ -501,7 +507,10 @@ static void route(moe_engine *eng, int il, int B)
 		}
 		int32_t *sel = eng->chosen + (int64_t)t * k;
 		float *w = eng->chosen_weight + (int64_t)t * k;
-		top_k(r, nx, k, sel);
+		if (L->exp_probs_b || hp->expert_groups > 1) /* DeepSeek */
+			moe_route_deepseek(eng, L->exp_probs_b, r, k, sel);
+		else
+			top_k(r, nx, k, sel);
 		double sum = 0;
 		for (int j = 0; j < k; j++)
 			sum += (w[j] = r[sel[j]]);
@@ -799,4 +808,33 @@ int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
 	for (int i = 0; i < n; i++)
 		memcpy(st[eng->want[i]].logits, eng->out_rows + (size_t)i * nv, nv * sizeof(float));
 	return 0;
+}
+
+/* ---------------------------------------- for the architecture files */
+
+void moe_fwd_rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps)
+{
+	rmsnorm(y, x, w, n, eps);
+}
+
+void moe_fwd_rope(const moe_engine *eng, float *v, int t)
+{
+	rope(eng, v, t);
+}
+
+void moe_fwd_products(moe_engine *eng, int layer, const float *X, int64_t n, int n_w,
+		      const moe_weight *const *w, float *const *Y)
+{
+	products(eng, layer, X, n, n_w, w, Y);
+}
+
+void moe_fwd_matmul(moe_engine *eng, const moe_weight *w, int layer, const float *X, int64_t n,
+		    float *Y, int64_t ldy)
+{
+	matmul(eng, w, layer, X, n, Y, ldy);
+}
+
+void moe_fwd_top_k(const float *v, int n, int k, int32_t *idx)
+{
+	top_k(v, n, k, idx);
 }

@@ -17,7 +17,10 @@
  * gets one, and a sequence gives it back once the block lies more than
  * `keep` = window + one block behind its position (the block keeps the
  * other layers' rows).  So a long sequence holds its full layers for every
- * position but its sliding layers for about two windows only.  A given-back
+ * position but its sliding layers for about two windows only.  A block gets
+ * its slot when the forward chunk that writes it comes (moe_kv_window_ready),
+ * not when a step reserves it, so a long prompt in one step also holds only
+ * its window and the chunk being computed.  A given-back
  * slot keeps its rows until another block needs it (first the slots of
  * blocks some sequence still holds, only useful for a rewind; then
  * never-used slots; then, least recently released first, those of cached
@@ -51,7 +54,7 @@ int moe_kv_init(moe_engine *eng, int n_tokens, int block_tokens, bool keep_all, 
 		kv->layer_at[il] = kv->layer_win[il] ? kv->n_win_layers++ : n_full++;
 	}
 	uint64_t lb, bb, wb, total, wtotal;
-	if (!moe_mul_u64(2ull * block_tokens, eng->kv_row_bytes, &lb) ||
+	if (!moe_mul_u64((uint64_t)eng->kv_rows * block_tokens, eng->kv_row_bytes, &lb) ||
 	    !moe_mul_u64(lb, (uint64_t)n_full, &bb) || !moe_mul_u64(bb, (uint64_t)kv->n_blocks, &total) ||
 	    !moe_mul_u64(lb, (uint64_t)kv->n_win_layers, &wb) ||
 	    !moe_mul_u64(wb, (uint64_t)kv->n_blocks, &wtotal) || total > SIZE_MAX / 4 ||
@@ -151,12 +154,24 @@ static void win_release_behind(moe_seq *s, int pos)
 	if (!kv->n_win_layers)
 		return;
 	int lo = win_needed_from(kv, pos) / kv->block_tokens;
-	for (; s->win_lo < lo && s->win_lo < s->n_blocks; s->win_lo++)
+	for (; s->win_lo < lo && s->win_lo < s->win_hi; s->win_lo++)
 		win_drop(kv, s->blocks[s->win_lo]);
 }
 
+void moe_kv_window_ready(moe_seq *s, int upto)
+{
+	kv_pool *kv = &s->eng->kv;
+	if (!kv->n_win_layers)
+		return;
+	win_release_behind(s, s->n_pos);
+	int hi = moe_engine_blocks_for(s->eng, upto);
+	for (; s->win_hi < hi && s->win_hi < s->n_blocks; s->win_hi++)
+		win_take(kv, s->blocks[s->win_hi]);
+}
+
 /* Extend the slots s holds downwards so that position pos can be computed
- * next: every block from the window before pos on must still have its slot
+ * next (s holds up to its last block): every block from the window before
+ * pos on must still have its slot
  * (taken again if it was given back but not reused).  Blocks further back
  * are taken too while their slots are there (a later rewind may need them).
  * False, changing nothing, if the window's rows are gone. */
@@ -215,11 +230,11 @@ static int block_take(kv_pool *kv)
 	k->parent = -1;
 	if (++kv->n_used > kv->peak_used)
 		kv->peak_used = kv->n_used;
-	if (kv->n_win_layers) {
-		if (k->win >= 0)
-			win_hold(kv, best);
-		else
-			win_take(kv, best);
+	/* its old window rows are of no use: the slot goes back to the unused
+	 * ones; a new one comes with the chunk that writes the block */
+	if (k->win >= 0) {
+		kv->wslots[k->win].block = -1;
+		k->win = -1;
 	}
 	return best;
 }
@@ -309,12 +324,14 @@ static void blocks_drop_from(moe_seq *s, int keep)
 	kv_pool *kv = &s->eng->kv;
 	while (s->n_blocks > keep) {
 		int b = s->blocks[--s->n_blocks];
-		if (kv->n_win_layers && s->n_blocks >= s->win_lo)
+		if (kv->n_win_layers && s->n_blocks >= s->win_lo && s->n_blocks < s->win_hi)
 			win_drop(kv, b);
 		block_drop(kv, b);
 	}
-	if (s->win_lo > s->n_blocks)
-		s->win_lo = s->n_blocks;
+	if (s->win_hi > s->n_blocks)
+		s->win_hi = s->n_blocks;
+	if (s->win_lo > s->win_hi)
+		s->win_lo = s->win_hi;
 }
 
 void moe_seq_truncate(moe_seq *s, int pos)
@@ -374,11 +391,11 @@ int moe_seq_share_prefix(moe_seq *s, const int32_t *ids, size_t n)
 	if (taken == n && taken > 0)
 		taken--;
 	/* sliding layers: only as far as the window before it is still there */
-	s->win_lo = s->n_blocks;
+	s->win_lo = s->win_hi = s->n_blocks;
 	while (taken > 0 && !win_regain(s, (int)taken)) {
 		taken = (size_t)(s->n_blocks - 1) * (size_t)bt;
 		blocks_drop_from(s, s->n_blocks - 1);
-		s->win_lo = s->n_blocks;
+		s->win_lo = s->win_hi = s->n_blocks;
 	}
 	if (taken == 0)
 		blocks_drop_from(s, 0);
@@ -407,6 +424,8 @@ int moe_kv_reserve(moe_seq *s, int upto, moe_error *e)
 			memcpy(kv->data + (size_t)c * kv->block_bytes,
 			       kv->data + (size_t)b * kv->block_bytes, kv->block_bytes);
 			if (kv->n_win_layers) {
+				/* the copy's rows now: it is written next */
+				win_take(kv, c);
 				memcpy(kv->wdata + (size_t)kv->blocks[c].win * kv->wslot_bytes,
 				       kv->wdata + (size_t)kv->blocks[b].win * kv->wslot_bytes,
 				       kv->wslot_bytes);

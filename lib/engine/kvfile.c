@@ -10,7 +10,9 @@
  *  28  n_layer (u32)
  *  64  the payload as one zstd frame: n_tokens token ids (i32), then for
  *      every layer and position the K row and the V row (kv_row_bytes each,
- *      in the KV type, position-major whatever the cache's layout).
+ *      in the KV type, position-major whatever the cache's layout); for
+ *      multi-head latent attention (deepseek2) the one row the cache holds
+ *      (the latent and the rope key).
  *
  * The model id is the XXH3-64 of the model file's 4096-byte header, which
  * holds the checksums of its directory (and so of every tensor) and
@@ -63,7 +65,15 @@ static void row_copy(moe_seq *s, int il, int p, uint8_t *k, uint8_t *v, bool to_
 	moe_engine *eng = s->eng;
 	int bt = eng->kv.block_tokens, b = s->blocks[p / bt], slot = p % bt;
 	size_t rb = eng->kv_row_bytes;
-	uint8_t *kc = moe_kv_k(eng, b, il), *vc = moe_kv_v(eng, b, il) + (size_t)slot * rb;
+	uint8_t *kc = moe_kv_k(eng, b, il), *vc;
+	if (eng->kv_rows == 1) { /* the latent (deepseek2): one row, no V */
+		if (to_cache)
+			memcpy(kc + (size_t)slot * rb, k, rb);
+		else
+			memcpy(k, kc + (size_t)slot * rb, rb);
+		return;
+	}
+	vc = moe_kv_v(eng, b, il) + (size_t)slot * rb;
 	if (to_cache)
 		memcpy(vc, v, rb);
 	else
@@ -88,7 +98,7 @@ static void row_copy(moe_seq *s, int il, int p, uint8_t *k, uint8_t *v, bool to_
 
 static uint64_t raw_size(const moe_engine *eng, uint32_t n)
 {
-	return (uint64_t)n * 4 + (uint64_t)eng->m->hp.n_layer * n * 2 * eng->kv_row_bytes;
+	return (uint64_t)n * 4 + (uint64_t)eng->m->hp.n_layer * n * eng->kv_rows * eng->kv_row_bytes;
 }
 
 int moe_seq_save(moe_seq *s, int n_tokens, const char *path, moe_error *e)
@@ -117,8 +127,9 @@ int moe_seq_save(moe_seq *s, int n_tokens, const char *path, moe_error *e)
 	for (uint32_t i = 0; i < n; i++)
 		put32(raw + 4 * (size_t)i, (uint32_t)s->tokens[i]);
 	uint8_t *kv = raw + 4 * (size_t)n;
+	size_t step = (size_t)eng->kv_rows * rb;
 	for (uint32_t il = 0; il < L; il++)
-		for (uint32_t p = 0; p < n; p++, kv += 2 * rb)
+		for (uint32_t p = 0; p < n; p++, kv += step)
 			row_copy(s, (int)il, (int)p, kv, kv + rb, false);
 	size_t cs = ZSTD_compress(file + KVC_HEADER, bound, raw, (size_t)rs, 3);
 	if (ZSTD_isError(cs)) {
@@ -214,11 +225,12 @@ int moe_seq_load(moe_seq *s, const char *path, const int32_t *prompt, size_t n_p
 		goto out;
 	if ((rc = moe_kv_reserve(s, (int)keep, e)) < 0)
 		goto out;
-	size_t rb = eng->kv_row_bytes;
+	moe_kv_window_ready(s, (int)keep);
+	size_t step = (size_t)eng->kv_rows * eng->kv_row_bytes;
 	for (uint32_t il = 0; il < L; il++) {
-		uint8_t *kv = raw + 4 * (size_t)n + (size_t)il * n * 2 * rb;
-		for (size_t p = 0; p < keep; p++, kv += 2 * rb)
-			row_copy(s, (int)il, (int)p, kv, kv + rb, true);
+		uint8_t *kv = raw + 4 * (size_t)n + (size_t)il * n * step;
+		for (size_t p = 0; p < keep; p++, kv += step)
+			row_copy(s, (int)il, (int)p, kv, kv + eng->kv_row_bytes, true);
 	}
 	memcpy(s->tokens, prompt, keep * sizeof *prompt);
 	s->n_pos = (int)keep;

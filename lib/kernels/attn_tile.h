@@ -177,6 +177,28 @@ static void scores4(const float *const q[4], int hd, const float *kt, int ktw, i
 	}
 }
 
+/* The same for one row (the rows left over from fours): each lane the same
+ * chain as in scores4, so a row's scores do not depend on which is used. */
+static void scores1(const float *q, int hd, const float *kt, int ktw, int ja, int jb, float *s)
+{
+	int c = ja / ATTN_VW * ATTN_VW;
+	for (; c + ATTN_VW < jb; c += 2 * ATTN_VW) {
+		vf a0 = VSPLAT(0), b0 = a0;
+		for (int d = 0; d < hd; d++) {
+			vf q0 = VSPLAT(q[d]);
+			a0 = VFMA(q0, vload(kt + (size_t)d * ktw + c), a0);
+			b0 = VFMA(q0, vload(kt + (size_t)d * ktw + c + ATTN_VW), b0);
+		}
+		vstore(s + c, a0), vstore(s + c + ATTN_VW, b0);
+	}
+	if (c < jb) {
+		vf a0 = VSPLAT(0);
+		for (int d = 0; d < hd; d++)
+			a0 = VFMA(VSPLAT(q[d]), vload(kt + (size_t)d * ktw + c), a0);
+		vstore(s + c, a0);
+	}
+}
+
 /* One row's update for keys [a, b) of a block: s holds its raw scores
  * (overwritten with the weights), acc[vw] its weighted sum, *m and *l its
  * running max and sum. */
@@ -248,17 +270,21 @@ void ATTN_NAME(const moe_attn_tile *t)
 	for (int p0 = lo / bt * bt; p0 < hi; p0 += bt) {
 		int ja = (lo > p0 ? lo : p0) - p0, jb = (hi < p0 + bt ? hi : p0 + bt) - p0;
 		decode_block(t, p0 / bt, ja, jb, kt, ktw, vr, vw);
-		/* rows in fours; the last four repeat a row rather than take
-		 * another code path */
+		/* rows in fours, then one by one */
 		for (int r0 = 0; r0 < R; r0 += 4) {
+			int nr = R - r0 < 4 ? R - r0 : 4;
 			const float *q[4];
-			for (int i = 0; i < 4; i++) {
-				int r = r0 + i < R ? r0 + i : R - 1;
+			for (int i = 0; i < nr; i++) {
+				int r = r0 + i;
 				q[i] = t->q + (int64_t)(r / t->n_head) * t->q_stride +
 				       (int64_t)(r % t->n_head) * hd;
 			}
-			scores4(q, hd, kt, ktw, ja, jb, s);
-			for (int i = 0; i < 4 && r0 + i < R; i++) {
+			if (nr == 4)
+				scores4(q, hd, kt, ktw, ja, jb, s);
+			else
+				for (int i = 0; i < nr; i++)
+					scores1(q[i], hd, kt, ktw, ja, jb, s + (size_t)i * ktw);
+			for (int i = 0; i < nr; i++) {
 				int r = r0 + i, tok = r / t->n_head;
 				int a = (t->lo[tok] > p0 ? t->lo[tok] : p0) - p0;
 				int b = (t->hi[tok] < p0 + bt ? t->hi[tok] : p0 + bt) - p0;

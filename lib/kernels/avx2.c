@@ -5,7 +5,7 @@
  *
  * Compiled with $(AVX2_CFLAGS); kernels.c calls moe_kernels_fill_avx2 only
  * on a CPU that has these instructions.  Dot products for every type, and
- * for Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0 a tiled GEMM (rows in the lanes, the
+ * for Q2_K .. Q6_K, Q8_0, Q4_0, Q5_0 and IQ4_NL a tiled GEMM (rows in the lanes, the
  * weights unpacked once for many tokens) that gives the same bits as the
  * dot products (the reduction orders are described with each); the other
  * types' products loop over the dot products.
@@ -134,7 +134,7 @@ INLINE __m256i nibbles32(const uint8_t *qs)
 	return _mm256_and_si256(z, _mm256_set1_epi8(0x0F));
 }
 
-/* Q8_0 and Q4_0: the reduction order (batch invariance).  Each block b
+/* Q8_0, Q4_0, Q5_0, IQ4_NL: the reduction order (batch invariance).  Each block b
  * gives an exact integer S_b = sum w_j x_j; every output keeps 8 float
  * partial sums, lane j taking the blocks b with b % 8 == j in order,
  *     P_j = fma(S_b, dw_b * dx_b, P_j),
@@ -169,54 +169,6 @@ INLINE __m256 scales8(const uint8_t *p, size_t bs, int nv)
 	return _mm256_cvtph_ps(_mm_loadu_si128((const void *)h));
 }
 
-/* The signed values of a Q8_0 or Q4_0 (q - 8) block in element order. */
-INLINE __m256i b32x_values(const int q4, const uint8_t *b)
-{
-	if (!q4)
-		return _mm256_loadu_si256((const void *)(b + offsetof(moe_block_q8_0, qs)));
-	return _mm256_sub_epi8(nibbles32(b + offsetof(moe_block_q4_0, qs)), _mm256_set1_epi8(8));
-}
-
-INLINE void b32x_dot(const int q4, int64_t n, float *s, const void *w, const void *x)
-{
-	const size_t bs = q4 ? sizeof(moe_block_q4_0) : sizeof(moe_block_q8_0);
-	const uint8_t *pw = w, *px = x;
-	const int64_t nb = n / MOE_QK;
-	__m256 P = _mm256_setzero_ps();
-
-	for (int64_t g0 = 0; g0 < nb; g0 += 8) {
-		const int nv = nb - g0 < 8 ? (int)(nb - g0) : 8;
-		__m256i p[8];
-		if (nv == 8) {
-			MOE_UNROLL2 for (int j = 0; j < 8; j++)
-				p[j] = dot_s8(b32x_values(q4, pw + (g0 + j) * bs),
-					      _mm256_loadu_si256((const void *)(px + (g0 + j) * 34 + 2)));
-		} else {
-			for (int j = 0; j < 8; j++)
-				p[j] = j < nv ? dot_s8(b32x_values(q4, pw + (g0 + j) * bs),
-						       _mm256_loadu_si256(
-							       (const void *)(px + (g0 + j) * 34 + 2)))
-					      : _mm256_setzero_si256();
-		}
-		__m256 d = _mm256_mul_ps(scales8(pw + g0 * bs, bs, nv), scales8(px + g0 * 34, 34, nv));
-		P = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8_blocks(p)), d, P);
-	}
-	*s = hsum8(P);
-}
-
-static void vec_dot_q8_0(int64_t n, float *s, const void *w, const void *x)
-{
-	b32x_dot(0, n, s, w, x);
-}
-
-static void vec_dot_q4_0(int64_t n, float *s, const void *w, const void *x)
-{
-	b32x_dot(1, n, s, w, x);
-}
-
-/* ------------------------------------- the other 32-element block types */
-
-
 /* The fifth bits of a Q5_0/Q5_1 block (bit j of qh: element j) as 0x10 in
  * each byte whose bit is set. */
 INLINE __m256i q5_high(const uint8_t *qh)
@@ -237,36 +189,94 @@ INLINE __m256i book32(const int8_t *tab, const uint8_t *qs)
 				   nibbles32(qs));
 }
 
-/* Q5_0 (x = d * (q - 16)), IQ4_NL and MXFP4 (code books): signed values. */
+/* The 32-element types that share the dot product and GEMM below. */
+enum { X_Q8_0, X_Q4_0, X_Q5_0, X_IQ4_NL };
+
+INLINE size_t b32x_bsize(const int kind)
+{
+	switch (kind) {
+	case X_Q4_0: return sizeof(moe_block_q4_0);
+	case X_Q5_0: return sizeof(moe_block_q5_0);
+	case X_IQ4_NL: return sizeof(moe_block_iq4_nl);
+	default: return sizeof(moe_block_q8_0);
+	}
+}
+
+/* The signed values of a block in element order: Q8_0's codes, Q4_0's
+ * q - 8, Q5_0's q - 16, the code books' entries. */
+INLINE __m256i b32x_values(const int kind, const uint8_t *b)
+{
+	switch (kind) {
+	case X_Q4_0:
+		return _mm256_sub_epi8(nibbles32(b + offsetof(moe_block_q4_0, qs)),
+				       _mm256_set1_epi8(8));
+	case X_Q5_0: {
+		const moe_block_q5_0 *q = (const void *)b;
+		return _mm256_sub_epi8(_mm256_or_si256(nibbles32(q->qs), q5_high(q->qh)),
+				       _mm256_set1_epi8(16));
+	}
+	case X_IQ4_NL:
+		return book32(moe_kvalues_iq4nl, b + offsetof(moe_block_iq4_nl, qs));
+	default:
+		return _mm256_loadu_si256((const void *)(b + offsetof(moe_block_q8_0, qs)));
+	}
+}
+
+INLINE void b32x_dot(const int kind, int64_t n, float *s, const void *w, const void *x)
+{
+	const size_t bs = b32x_bsize(kind);
+	const uint8_t *pw = w, *px = x;
+	const int64_t nb = n / MOE_QK;
+	__m256 P = _mm256_setzero_ps();
+
+	for (int64_t g0 = 0; g0 < nb; g0 += 8) {
+		const int nv = nb - g0 < 8 ? (int)(nb - g0) : 8;
+		__m256i p[8];
+		if (nv == 8) {
+			MOE_UNROLL2 for (int j = 0; j < 8; j++)
+				p[j] = dot_s8(b32x_values(kind, pw + (g0 + j) * bs),
+					      _mm256_loadu_si256((const void *)(px + (g0 + j) * 34 + 2)));
+		} else {
+			for (int j = 0; j < 8; j++)
+				p[j] = j < nv ? dot_s8(b32x_values(kind, pw + (g0 + j) * bs),
+						       _mm256_loadu_si256(
+							       (const void *)(px + (g0 + j) * 34 + 2)))
+					      : _mm256_setzero_si256();
+		}
+		__m256 d = _mm256_mul_ps(scales8(pw + g0 * bs, bs, nv), scales8(px + g0 * 34, 34, nv));
+		P = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8_blocks(p)), d, P);
+	}
+	*s = hsum8(P);
+}
+
+static void vec_dot_q8_0(int64_t n, float *s, const void *w, const void *x)
+{
+	b32x_dot(X_Q8_0, n, s, w, x);
+}
+
+static void vec_dot_q4_0(int64_t n, float *s, const void *w, const void *x)
+{
+	b32x_dot(X_Q4_0, n, s, w, x);
+}
+
+/* ------------------------------------- the other 32-element block types */
+
+
+/* Q5_0 (x = d * (q - 16)) and IQ4_NL (a code book): signed values like
+ * Q8_0's, in the same order. */
 static void vec_dot_q5_0(int64_t n, float *s, const void *w, const void *x)
 {
-	const moe_block_q5_0 *b = w;
-	const moe_block_q8_0 *y = x;
-	__m256 acc = _mm256_setzero_ps();
-	for (int64_t i = 0; i < n / MOE_QK; i++) {
-		__m256i q = _mm256_or_si256(nibbles32(b[i].qs), q5_high(b[i].qh));
-		q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-		__m256i p = dot_s8(q, _mm256_loadu_si256((const void *)y[i].qs));
-		float d = _cvtsh_ss(b[i].d) * _cvtsh_ss(y[i].d);
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
-	}
-	*s = hsum8(acc);
+	b32x_dot(X_Q5_0, n, s, w, x);
 }
 
 static void vec_dot_iq4_nl(int64_t n, float *s, const void *w, const void *x)
 {
-	const moe_block_iq4_nl *b = w;
-	const moe_block_q8_0 *y = x;
-	__m256 acc = _mm256_setzero_ps();
-	for (int64_t i = 0; i < n / MOE_QK; i++) {
-		__m256i p = dot_s8(book32(moe_kvalues_iq4nl, b[i].qs),
-				   _mm256_loadu_si256((const void *)y[i].qs));
-		float d = _cvtsh_ss(b[i].d) * _cvtsh_ss(y[i].d);
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
-	}
-	*s = hsum8(acc);
+	b32x_dot(X_IQ4_NL, n, s, w, x);
 }
 
+/* MXFP4 keeps 8 float lanes per output and no GEMM: in the order above
+ * its dot product took 16% more time (the E8M0 scales), and gpt-oss decode
+ * is what it is used for. */
 static void vec_dot_mxfp4(int64_t n, float *s, const void *w, const void *x)
 {
 	const moe_block_mxfp4 *b = w;
@@ -445,8 +455,7 @@ INLINE void k23_dot(const int three, int64_t n, float *s, const void *w, const v
 	const moe_block_q8_k *y = x;
 	const size_t bsz = three ? sizeof(moe_block_q3_k) : sizeof(moe_block_q2_k);
 	const __m256i m2 = _mm256_set1_epi8(3);
-	__m256 acc = _mm256_setzero_ps();
-	float sum = 0.0f;
+	__m128 acc = _mm_setzero_ps();
 
 	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
 		const uint8_t *b = (const uint8_t *)w + i * bsz;
@@ -485,14 +494,16 @@ INLINE void k23_dot(const int three, int64_t n, float *s, const void *w, const v
 					sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), scv));
 			}
 		}
+		/* The K-quant order: exact isum (Q3_K's -4 offsets in it) and
+		 * Q2_K's msum, then ksb_step. */
 		float d = h2f(b + (three ? offsetof(moe_block_q3_k, d) : offsetof(moe_block_q2_k, d)));
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d * y[i].d), acc);
 		if (three)
-			sum -= d * y[i].d * (float)off;
+			acc = ksb_step(acc, hsum8i(sumi) - off, 0, d, 0.0f, y[i].d);
 		else
-			sum -= h2f(b + offsetof(moe_block_q2_k, dmin)) * y[i].d * (float)off;
+			acc = ksb_step(acc, hsum8i(sumi), off, d,
+				       h2f(b + offsetof(moe_block_q2_k, dmin)), y[i].d);
 	}
-	*s = hsum8(acc) + sum;
+	*s = _mm_cvtss_f32(acc);
 }
 
 static void vec_dot_q2_k(int64_t n, float *s, const void *w, const void *x)
@@ -550,7 +561,7 @@ typedef struct {
 	float d[KSB2][8], dmin[KSB2][8];
 } kq2_pack;
 
-enum { KQ2_Q4_K, KQ2_Q5_K, KQ2_Q6_K };
+enum { KQ2_Q4_K, KQ2_Q5_K, KQ2_Q6_K, KQ2_Q2_K, KQ2_Q3_K };
 
 /* out[j] lane r = in[r] lane j, 8 x 8 32-bit lanes. */
 INLINE void transpose8(__m256i v[8])
@@ -577,6 +588,20 @@ INLINE void transpose8(__m256i v[8])
 INLINE __m256i kq2_codes(const int kind, const uint8_t *b, int c)
 {
 	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	if (kind == KQ2_Q2_K || kind == KQ2_Q3_K) {
+		/* Element 128h + 32j + l: field j of qs[32h + l]; Q3_K adds 4
+		 * where bit 4h + j of hmask[l] is set. */
+		const int three = kind == KQ2_Q3_K, h = c / 4, j = c % 4;
+		const size_t qs = three ? offsetof(moe_block_q3_k, qs) : offsetof(moe_block_q2_k, qs);
+		__m256i q = _mm256_loadu_si256((const void *)(b + qs + 32 * h));
+		q = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3));
+		if (three) {
+			__m256i hm = _mm256_loadu_si256((const void *)(b + offsetof(moe_block_q3_k, hmask)));
+			hm = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi8(1));
+			q = _mm256_add_epi8(q, _mm256_slli_epi16(hm, 2));
+		}
+		return q;
+	}
 	if (kind == KQ2_Q6_K) {
 		const moe_block_q6_k *q = (const void *)b;
 		const int h = c / 4, k = c % 4;
@@ -601,8 +626,10 @@ INLINE __m256i kq2_codes(const int kind, const uint8_t *b, int c)
 static void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ldw, int rows,
 		       int64_t i0, int nsb)
 {
-	const size_t bsz = kind == KQ2_Q6_K ? sizeof(moe_block_q6_k)
+	const size_t bsz = kind == KQ2_Q6_K   ? sizeof(moe_block_q6_k)
 			   : kind == KQ2_Q5_K ? sizeof(moe_block_q5_k)
+			   : kind == KQ2_Q2_K ? sizeof(moe_block_q2_k)
+			   : kind == KQ2_Q3_K ? sizeof(moe_block_q3_k)
 					      : sizeof(moe_block_q4_k);
 	for (int sb = 0; sb < nsb; sb++) {
 		__m256i v[8];
@@ -624,7 +651,27 @@ static void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ld
 				pk->d[sb][r] = pk->dmin[sb][r] = 0.0f;
 				continue;
 			}
-			if (kind == KQ2_Q6_K) {
+			if (kind == KQ2_Q2_K || kind == KQ2_Q3_K) {
+				const int three = kind == KQ2_Q3_K;
+				int16_t sc[16], mn[16];
+				for (int g = 0; g < 16; g++) {
+					if (three) {
+						sc[g] = (int16_t)(moe_k3_scale(
+							b + offsetof(moe_block_q3_k, scales), g) - 32);
+						mn[g] = (int16_t)(-4 * sc[g]);
+					} else {
+						sc[g] = (int16_t)(b[g] & 0x0F);
+						mn[g] = (int16_t)(b[g] >> 4);
+					}
+					pk->sc[sb][g][r] = (int32_t)((uint32_t)(uint16_t)sc[g] * 0x10001u);
+				}
+				for (int j = 0; j < 8; j++)
+					pk->mm[sb][j][r] = (int32_t)((uint32_t)(uint16_t)mn[2 * j] |
+								     (uint32_t)(uint16_t)mn[2 * j + 1] << 16);
+				pk->d[sb][r] = h2f(b + (three ? offsetof(moe_block_q3_k, d)
+							      : offsetof(moe_block_q2_k, d)));
+				pk->dmin[sb][r] = three ? 0.0f : h2f(b + offsetof(moe_block_q2_k, dmin));
+			} else if (kind == KQ2_Q6_K) {
 				const moe_block_q6_k *q = (const void *)b;
 				for (int g = 0; g < 16; g++)
 					pk->sc[sb][g][r] = (int32_t)((uint32_t)(uint16_t)q->scales[g] *
@@ -664,9 +711,11 @@ INLINE __m256i bcast32_2(const uint8_t *p)
 INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, int64_t i0,
 		     const uint8_t *x, size_t ldx, __m256 acc[GT2])
 {
-	/* Steps of 4 codes per 16-bit partial sum; groups of 32 (16 for Q6_K). */
-	const int U = kind == KQ2_Q4_K ? 8 : kind == KQ2_Q5_K ? 4 : 2;
-	const int ng = kind == KQ2_Q6_K ? 16 : 8, gl = 64 / ng;
+	/* Steps of 4 codes per 16-bit partial sum; groups of 32 (16 for Q6_K,
+	 * Q2_K, Q3_K, whose codes are at most 7: 8 products fit 16 bits). */
+	const int k16 = kind == KQ2_Q6_K || kind == KQ2_Q2_K || kind == KQ2_Q3_K;
+	const int U = kind == KQ2_Q4_K ? 8 : kind == KQ2_Q5_K ? 4 : kind == KQ2_Q6_K ? 2 : 4;
+	const int ng = k16 ? 16 : 8, gl = 64 / ng;
 	for (int sb = 0; sb < nsb; sb++) {
 		const moe_block_q8_k *y0 = (const void *)(x + (i0 + sb) * sizeof(moe_block_q8_k));
 		__m256i is[GT2], ms[GT2];
@@ -697,7 +746,8 @@ INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, i
 			MOE_UNROLL2 for (int t = 0; t < T; t++) {
 				const uint8_t *y = (const uint8_t *)y0 + t * ldx;
 				__m256i bs = bcast32_2(y + offsetof(moe_block_q8_k, bsums) + 4 * j);
-				if (kind == KQ2_Q6_K) /* the -32 offsets belong to isum */
+				/* Q6_K's -32 and Q3_K's -4 offsets belong to isum. */
+				if (kind == KQ2_Q6_K || kind == KQ2_Q3_K)
 					is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(mm, bs));
 				else
 					ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mm, bs));
@@ -768,21 +818,23 @@ INLINE void kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, 
 MOE_KQ2_GEMM(q4_k, KQ2_Q4_K)
 MOE_KQ2_GEMM(q5_k, KQ2_Q5_K)
 MOE_KQ2_GEMM(q6_k, KQ2_Q6_K)
+MOE_KQ2_GEMM(q2_k, KQ2_Q2_K)
+MOE_KQ2_GEMM(q3_k, KQ2_Q3_K)
 
-/* The tiled GEMM for Q8_0 and Q4_0: 8 rows' values unpacked once as |w|
+/* The tiled GEMM for the X_ types: 8 rows' values unpacked once as |w|
  * and w, [block][k / 4][8 rows][4 bytes], reused for every token; the sign
  * of w moves onto the broadcast activation codes (vpsignb), so vpmaddubsw's
  * pairs stay within 16 bits. */
 #define GT3 4
 
-INLINE void b32x_unpack(const int q4, uint8_t *wa, uint8_t *ws, float *wd, const uint8_t *w,
+INLINE void b32x_unpack(const int kind, uint8_t *wa, uint8_t *ws, float *wd, const uint8_t *w,
 			size_t ldw, int rows, int64_t nb)
 {
-	const size_t bs = q4 ? sizeof(moe_block_q4_0) : sizeof(moe_block_q8_0);
+	const size_t bs = b32x_bsize(kind);
 	for (int64_t i = 0; i < nb; i++) {
 		__m256i v[8];
 		for (int r = 0; r < 8; r++)
-			v[r] = r < rows ? b32x_values(q4, w + r * ldw + i * bs) : _mm256_setzero_si256();
+			v[r] = r < rows ? b32x_values(kind, w + r * ldw + i * bs) : _mm256_setzero_si256();
 		transpose8(v);
 		for (int j = 0; j < 8; j++) {
 			_mm256_store_si256((void *)(ws + (i * 8 + j) * 32), v[j]);
@@ -829,7 +881,7 @@ INLINE void b32x_tile(const int T, const uint8_t *wa, const uint8_t *ws, const f
 }
 
 /* false (nothing done) when no work buffer could be had. */
-INLINE bool b32x_gemm(const int q4, int64_t n, int nr, int nt, const uint8_t *w, size_t ldw,
+INLINE bool b32x_gemm(const int kind, int64_t n, int nr, int nt, const uint8_t *w, size_t ldw,
 		      const uint8_t *x, size_t ldx, float *s, size_t lds)
 {
 	const int64_t nb = n / MOE_QK;
@@ -842,7 +894,7 @@ INLINE bool b32x_gemm(const int q4, int64_t n, int nr, int nt, const uint8_t *w,
 		const int rows = nr - r0 < 8 ? nr - r0 : 8;
 		const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows),
 						     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-		b32x_unpack(q4, wa, ws, wd, w + (size_t)r0 * ldw, ldw, rows, nb);
+		b32x_unpack(kind, wa, ws, wd, w + (size_t)r0 * ldw, ldw, rows, nb);
 		for (int t0 = 0; t0 < nt; t0 += GT3) {
 			const int T = nt - t0 < GT3 ? nt - t0 : GT3;
 			const uint8_t *xt = x + (size_t)t0 * ldx;
@@ -858,11 +910,11 @@ INLINE bool b32x_gemm(const int q4, int64_t n, int nr, int nt, const uint8_t *w,
 	return true;
 }
 
-#define MOE_B32X_GEMM(name, q4)                                                                \
+#define MOE_B32X_GEMM(name, kind)                                                                \
 	static void name##_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw,          \
 				const void *x, size_t ldx, float *s, size_t lds)               \
 	{                                                                                      \
-		if (nt >= 4 && b32x_gemm(q4, n, nr, nt, w, ldw, x, ldx, s, lds))               \
+		if (nt >= 4 && b32x_gemm(kind, n, nr, nt, w, ldw, x, ldx, s, lds))             \
 			return;                                                                \
 		for (int t = 0; t < nt; t++)                                                   \
 			for (int r = 0; r < nr; r++)                                           \
@@ -870,8 +922,10 @@ INLINE bool b32x_gemm(const int q4, int64_t n, int nr, int nt, const uint8_t *w,
 					       (const uint8_t *)x + t * ldx);                      \
 	}
 
-MOE_B32X_GEMM(q8_0, 0)
-MOE_B32X_GEMM(q4_0, 1)
+MOE_B32X_GEMM(q8_0, X_Q8_0)
+MOE_B32X_GEMM(q4_0, X_Q4_0)
+MOE_B32X_GEMM(q5_0, X_Q5_0)
+MOE_B32X_GEMM(iq4_nl, X_IQ4_NL)
 
 /* ------------------------------------------------------------ quantisers */
 
@@ -1005,8 +1059,12 @@ void moe_kernels_fill_avx2(moe_kernels *k)
 	k->gemm[MOE_Q4_K] = q4_k_gemm;
 	k->gemm[MOE_Q5_K] = q5_k_gemm;
 	k->gemm[MOE_Q6_K] = q6_k_gemm;
+	k->gemm[MOE_Q2_K] = q2_k_gemm;
+	k->gemm[MOE_Q3_K] = q3_k_gemm;
 	k->gemm[MOE_Q8_0] = q8_0_gemm;
 	k->gemm[MOE_Q4_0] = q4_0_gemm;
+	k->gemm[MOE_Q5_0] = q5_0_gemm;
+	k->gemm[MOE_IQ4_NL] = iq4_nl_gemm;
 	k->quantize_row[MOE_Q8_0] = quantize_row_q8_0;
 	k->quantize_row[MOE_Q8_K] = quantize_row_q8_k;
 	k->to_float[MOE_F16] = f16_to_float;

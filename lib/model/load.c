@@ -23,10 +23,11 @@ static int own(moe_model *m, void *p, moe_error *e)
 	return 0;
 }
 
-/* A matrix [rows x cols]; the shapes come from the metadata, so a file
+/* A matrix [heads x rows x cols] (heads 1: an ordinary matrix), bound as
+ * one of heads*rows rows; the shapes come from the metadata, so a file
  * whose tensors disagree with it is refused (buffers are sized from it). */
-static int get_weight(moe_model *m, const char *name, int64_t rows, int64_t cols, bool required,
-		      moe_weight *w, moe_error *e)
+static int get_heads(moe_model *m, const char *name, int64_t heads, int64_t rows, int64_t cols,
+		     bool required, moe_weight *w, moe_error *e)
 {
 	memset(w, 0, sizeof *w);
 	const moe_uth_tensor *t = moe_uth_find(m->file, name);
@@ -35,11 +36,11 @@ static int get_weight(moe_model *m, const char *name, int64_t rows, int64_t cols
 			return moe_err(e, MOE_EFORMAT, "%s: tensor '%s' missing", m->file->path, name);
 		return 0;
 	}
-	if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
+	if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != heads || t->ne[3] != 1)
 		return moe_err(e, MOE_EFORMAT,
-			       "%s: tensor '%s' has shape [%u, %u, %u, %u], expected [%lld, %lld]",
+			       "%s: tensor '%s' has shape [%u, %u, %u, %u], expected [%lld, %lld, %lld]",
 			       m->file->path, name, t->ne[0], t->ne[1], t->ne[2], t->ne[3],
-			       (long long)cols, (long long)rows);
+			       (long long)cols, (long long)rows, (long long)heads);
 	if (moe_kernels_check(moe_kernels_get(), t->dtype, t->ne[0], e) < 0)
 		return moe_err_prefix(e, "%s: tensor '%s'", m->file->path, name);
 	uint64_t rb;
@@ -47,10 +48,17 @@ static int get_weight(moe_model *m, const char *name, int64_t rows, int64_t cols
 	w->name = t->name;
 	w->data = moe_uth_data(m->file, t);
 	w->dtype = t->dtype;
-	w->rows = t->ne[1];
+	w->rows = (int64_t)t->ne[1] * t->ne[2];
 	w->cols = t->ne[0];
 	w->row_bytes = (size_t)rb;
 	return 0;
+}
+
+/* A matrix [rows x cols]. */
+static int get_weight(moe_model *m, const char *name, int64_t rows, int64_t cols, bool required,
+		      moe_weight *w, moe_error *e)
+{
+	return get_heads(m, name, 1, rows, cols, required, w, e);
 }
 
 /* A vector of n floats; converted to F32 if stored otherwise. */
@@ -85,15 +93,15 @@ static int get_vec(moe_model *m, const char *name, int64_t n, bool required, con
 	return 0;
 }
 
-static int bind_layer(moe_model *m, int il, moe_error *e)
+#define NAME(fmt, ...) (snprintf(nm, sizeof nm, fmt, __VA_ARGS__), nm)
+
+/* Ordinary (grouped) attention: q, k, v, output, biases, q/k norms. */
+static int bind_attention(moe_model *m, int il, moe_layer *L, moe_error *e)
 {
 	const moe_hparams *hp = &m->hp;
-	moe_layer *L = &m->layers[il];
 	char nm[96];
 	int64_t E = hp->n_embd, hd = hp->head_dim, nq = (int64_t)hp->n_head * hd,
 		nkv = (int64_t)hp->n_head_kv * hd;
-#define NAME(fmt, ...) (snprintf(nm, sizeof nm, fmt, __VA_ARGS__), nm)
-	MOE_TRY(get_vec(m, NAME("blk.%d.attn_norm.weight", il), E, true, &L->attn_norm, e));
 	MOE_TRY(get_weight(m, NAME("blk.%d.attn_q.weight", il), nq, E, true, &L->wq, e));
 	MOE_TRY(get_weight(m, NAME("blk.%d.attn_k.weight", il), nkv, E, true, &L->wk, e));
 	MOE_TRY(get_weight(m, NAME("blk.%d.attn_v.weight", il), (int64_t)hp->n_head_kv * hp->head_dim_v,
@@ -111,6 +119,46 @@ static int bind_layer(moe_model *m, int il, moe_error *e)
 		MOE_TRY(get_vec(m, NAME("blk.%d.attn_k_norm.weight", il), full ? nkv : hd, true,
 				&L->k_norm, e));
 	}
+	return 0;
+}
+
+/* Multi-head latent attention (deepseek2): see moe_layer. */
+static int bind_mla(moe_model *m, int il, moe_layer *L, moe_error *e)
+{
+	const moe_hparams *hp = &m->hp;
+	char nm[96];
+	int64_t E = hp->n_embd, H = hp->n_head, nq = H * hp->head_dim, lat = hp->kv_lora_rank,
+		R = hp->rope_head_dim, qr = hp->q_lora_rank;
+	if (qr) {
+		MOE_TRY(get_weight(m, NAME("blk.%d.attn_q_a.weight", il), qr, E, true, &L->wq_a, e));
+		MOE_TRY(get_vec(m, NAME("blk.%d.attn_q_a_norm.weight", il), qr, true, &L->q_a_norm, e));
+		MOE_TRY(get_weight(m, NAME("blk.%d.attn_q_b.weight", il), nq, qr, true, &L->wq_b, e));
+	} else {
+		MOE_TRY(get_weight(m, NAME("blk.%d.attn_q.weight", il), nq, E, true, &L->wq, e));
+	}
+	MOE_TRY(get_weight(m, NAME("blk.%d.attn_kv_a_mqa.weight", il), lat + R, E, true, &L->wkv_a,
+			   e));
+	MOE_TRY(get_vec(m, NAME("blk.%d.attn_kv_a_norm.weight", il), lat, true, &L->kv_a_norm, e));
+	MOE_TRY(get_heads(m, NAME("blk.%d.attn_k_b.weight", il), H, lat, hp->head_dim - R, true,
+			  &L->wk_b, e));
+	MOE_TRY(get_heads(m, NAME("blk.%d.attn_v_b.weight", il), H, hp->head_dim_v, lat, true,
+			  &L->wv_b, e));
+	MOE_TRY(get_weight(m, NAME("blk.%d.attn_output.weight", il), E, H * hp->head_dim_v, true,
+			   &L->wo, e));
+	return 0;
+}
+
+static int bind_layer(moe_model *m, int il, moe_error *e)
+{
+	const moe_hparams *hp = &m->hp;
+	moe_layer *L = &m->layers[il];
+	char nm[96];
+	int64_t E = hp->n_embd;
+	MOE_TRY(get_vec(m, NAME("blk.%d.attn_norm.weight", il), E, true, &L->attn_norm, e));
+	if (hp->attention == MOE_ATTN_MLA)
+		MOE_TRY(bind_mla(m, il, L, e));
+	else
+		MOE_TRY(bind_attention(m, il, L, e));
 	MOE_TRY(get_vec(m, NAME("blk.%d.ffn_norm.weight", il), E, true, &L->ffn_norm, e));
 	/* LayerNorm's biases (phimoe), and the attention output's bias where
 	 * the model has one */
@@ -130,6 +178,9 @@ static int bind_layer(moe_model *m, int il, moe_error *e)
 	}
 	MOE_TRY(get_weight(m, NAME("blk.%d.ffn_gate_inp.weight", il), hp->n_expert, E, true, &L->router, e));
 	MOE_TRY(get_vec(m, NAME("blk.%d.ffn_gate_inp.bias", il), hp->n_expert, false, &L->router_b, e));
+	/* DeepSeek-V3's score-correction bias (for the choice of experts only) */
+	MOE_TRY(get_vec(m, NAME("blk.%d.exp_probs_b.bias", il), hp->n_expert, false, &L->exp_probs_b,
+			e));
 	if (hp->expert_bias) {
 		/* gpt-oss: each expert's gate, up and down biases */
 		size_t n = hp->n_expert;
@@ -283,6 +334,9 @@ uint64_t moe_model_active_bytes(const moe_model *m)
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		const moe_layer *L = &m->layers[il];
 		b += wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) + wbytes(&L->wo);
+		/* latent attention (deepseek2; absent elsewhere) */
+		b += wbytes(&L->wq_a) + wbytes(&L->wq_b) + wbytes(&L->wkv_a) + wbytes(&L->wk_b) +
+		     wbytes(&L->wv_b);
 		if (L->is_moe) {
 			b += wbytes(&L->router) + wbytes(&L->sh_gate) + wbytes(&L->sh_up) +
 			     wbytes(&L->sh_down) + wbytes(&L->sh_router);

@@ -28,6 +28,6 @@ is() {
 	if [ "$1" = "$2" ]; then ok 0 "$3"; else ok 1 "$3"; printf '#   got:  %s\n#   want: %s\n' "$1" "$2" | head -20; fi
 }
 diag() { echo "# $*"; }
-skip_all() { echo "1..0 # SKIP $*"; exit 77; }
+skip_all() { echo "1..0 # SKIP $*"; exit 0; }
 done_testing() { echo "1..$tap_n"; [ "$tap_failed" -eq 0 ]; }
 need_shared() { [ -d "$SHARED/vocab" ] || skip_all "shared vocab not found at $SHARED (set MOE_SHARED)"; }

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/cli/t0430-engine-batch.sh — batch invariance of the engine: for
 # every architecture (F32) and mixtral / olmoe at F16, BF16, Q8_0, Q4_0,
-# Q4_K and the Q4_K_M mix, on every kernel set (default, MOE_ISA=avx2,
+# Q4_K and the Q4_K_M mix (and the deepseek2 forms: latent cache rows), on every kernel set (default, MOE_ISA=avx2,
 # MOE_ISA=generic), tests/unit/engine-batch checks that a sequence's logits
 # and greedy ids are bit-identical alone and among 16 other sequences, with
 # other batch sizes, thread counts and prompt chunkings; that a sequence
@@ -30,7 +30,8 @@ for spec in "llama f32 tiny" "mixtral f32 tiny" "qwen2 f32 tiny" "qwen2moe f32 t
 	    "mixtral f16 tiny" "mixtral bf16 tiny" "mixtral q8_0 tiny" "mixtral q4_0 tiny" \
 	    "mixtral q4_k small" "mixtral q4_k_m small" "olmoe q8_0 tiny" "olmoe q4_k_m small" \
 	    "granitemoe f32 tiny" "granitemoeshared q8_0 tiny" "phimoe f32 tiny" "phimoe q4_k small" \
-	    "gpt-oss f32 tiny" "gpt-oss mxfp4 tiny"; do
+	    "gpt-oss f32 tiny" "gpt-oss mxfp4 tiny" \
+	    "deepseek2 f32 tiny" "deepseek2-v2 q8_0 tiny" "deepseek3 f16 tiny" "deepseek3 q4_k small"; do
 	set -- $spec
 	name=$1-$2
 	seed=$((seed + 1))

@@ -9,7 +9,8 @@
  * layers keep their window only (t0435).  "all": then one line per
  * generated id, the logits that followed it; "all-keep": the same with the
  * sliding layers keeping every position (moe_engine_params.kv_keep_all).
- * On stderr, one line: the KV cache's peak bytes (moe_kv_stats). */
+ * On stderr, one line: the KV cache's peak bytes (moe_kv_stats).
+ * ENGINE_RUN_KV_TYPE=q8_0 in the environment: a Q8_0 cache (t0412). */
 #include "engine.h"
 
 #include <stdlib.h>
@@ -40,6 +41,8 @@ int main(int argc, char **argv)
 				.n_batch = argc > 4 ? atoi(argv[4]) : 0,
 				.kv_block = argc > 5 ? atoi(argv[5]) : 0,
 				.kv_keep_all = argc > 6 && !strcmp(argv[6], "all-keep")};
+	const char *kvt = getenv("ENGINE_RUN_KV_TYPE");
+	ep.kv_type = kvt && !strcmp(kvt, "q8_0") ? MOE_Q8_0 : MOE_F16;
 	bool all = argc > 6 && !strncmp(argv[6], "all", 3);
 	moe_engine *eng;
 	moe_seq *c;

@@ -14,7 +14,9 @@
  *   - A rewound far back (its window there given back and reused) starts
  *     again from 0, and recomputing gives A's logits;
  * and after A is freed, C with a prefix whose window rows were reused takes
- * fewer blocks (none here) and still gets A's logits.  Results must be
+ * fewer blocks (none here) and still gets A's logits; and D computes all of
+ * A's tokens in one step of 4-token chunks holding only the window's slots
+ * and the chunk's, with A's logits.  Results must be
  * bit-identical: the engine's sums do not depend on how a sequence was
  * chunked (t0430). */
 #include "engine.h"
@@ -117,6 +119,31 @@ int main(int argc, char **argv)
 	moe_engine_kv_stats(eng, &ks);
 	ok(ks.n_used == 0 && ks.n_win_used == 0, "%s: every block and window slot back (%d, %d)",
 	   name, ks.n_used, ks.n_win_used);
+	moe_engine_free(eng);
+
+	/* D: all of A's tokens in one step on an engine of 4-token chunks:
+	 * window slots come chunk by chunk, so the step holds the window and
+	 * the chunk only (plus the block being written), with A's logits */
+	moe_seq *d;
+	moe_step_token *st = calloc((size_t)n, sizeof *st);
+	for (int p = 0; p < n; p++)
+		st[p] = (moe_step_token){NULL, seq[p], p, p == n - 1 ? got : NULL};
+	int bound = (m->hp.sliding_window + BLOCK + 4) / BLOCK + 2;
+	if (moe_engine_new(&eng, m, &(moe_engine_params){.n_threads = 1, .kv_size = 256,
+							 .n_batch = 4, .kv_block = BLOCK}, &e) < 0 ||
+	    moe_seq_new(&d, eng, &e) < 0) {
+		ok(0, "%s: engine of 4-token chunks: %s", name, e.msg);
+		return tap_done();
+	}
+	for (int p = 0; p < n; p++)
+		st[p].seq = d;
+	int rc = moe_engine_step(eng, st, n, &e);
+	moe_engine_kv_stats(eng, &ks);
+	ok(rc == 0 && ks.peak_win_used <= bound && !memcmp(got, ref + (size_t)(n - 1) * nv, nv * sizeof(float)),
+	   "%s: %d tokens in one step of 4-token chunks: at most %d window slots held (%d), A's logits",
+	   name, n, bound, ks.peak_win_used);
+	moe_seq_free(d);
+	free(st);
 	free(ref);
 	free(got);
 	moe_engine_free(eng);

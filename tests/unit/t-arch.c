@@ -300,12 +300,11 @@ static void test_tensors(void)
 	expect_tensors(&hp, &s, "output.weight", "untied output without output.weight");
 	hp.tied_embeddings = true;
 	expect_tensors(&hp, &s, NULL, "tied output without output.weight");
-	/* deepseek2 converts but does not run: only the generic checks */
+	/* every architecture in the table runs now (deepseek2 was the last) */
 	hp = tiny(MOE_HP_SRC_GGUF);
 	snprintf(hp.arch, sizeof hp.arch, "deepseek2");
 	moe_error e = {0};
-	ok(moe_hparams_check_runnable(&hp, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "deepseek2"),
-	   "deepseek2 is not runnable: %s", e.msg);
+	ok(moe_hparams_check_runnable(&hp, &e) == 0, "deepseek2 is runnable (%s)", e.msg);
 	hp = tiny(MOE_HP_SRC_HF);
 	hp.rope_scaling = MOE_ROPE_SCALING_LLAMA3;
 	ok(moe_hparams_check_runnable(&hp, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "llama3"),
@@ -399,9 +398,13 @@ static void test_loader(void)
 	hp = tiny(MOE_HP_SRC_UTH);
 	hp.rope_scaling = MOE_ROPE_SCALING_LLAMA3;
 	expect_load(path, &hp, &s, "llama3", "llama3 RoPE scaling");
+	/* latent attention declared, the file holds ordinary attention */
 	hp = tiny(MOE_HP_SRC_UTH);
 	snprintf(hp.arch, sizeof hp.arch, "deepseek2");
-	expect_load(path, &hp, &s, "not run", "an architecture that only converts");
+	hp.attention = MOE_ATTN_MLA;
+	hp.kv_lora_rank = 8;
+	hp.rope_head_dim = hp.n_rot = 2;
+	expect_load(path, &hp, &s, "attn_kv_a_norm", "deepseek2 without its latent attention tensors");
 }
 
 /* Issue 14's fields: config.json -> hparams -> UTH JSON -> hparams keeps
@@ -468,20 +471,20 @@ static void test_json14(void)
 	   "MLA: head 8 + 4, values 6, sigmoid, kq_scale = mscale^2 / sqrt(12) (%g)", a.kq_scale);
 	ok(a.expert_groups == 1 && a.expert_groups_used == 1 && a.expert_group_score == MOE_GROUP_SCORE_TOP2SUM,
 	   "topk_group = n_group: no group limit");
-	/* features the engine lacks are refused even in an architecture it runs */
+	/* the engine runs latent attention and group-limited routing (deepseek2) */
 	moe_hparams g = tiny(MOE_HP_SRC_UTH);
 	snprintf(g.arch, sizeof g.arch, "granitemoe");
 	ok(moe_hparams_check_runnable(&g, &e) == 0, "granitemoe runs (%s)", e.msg);
+	snprintf(g.arch, sizeof g.arch, "deepseek2");
 	g.attention = MOE_ATTN_MLA;
-	ok(moe_hparams_check_runnable(&g, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "latent"),
-	   "latent attention is refused: %s", e.msg);
+	ok(moe_hparams_check_runnable(&g, &e) == 0, "deepseek2 with latent attention runs (%s)",
+	   e.msg);
 	g = tiny(MOE_HP_SRC_UTH);
 	g.rope_scaling = MOE_ROPE_SCALING_YARN, g.rope_factor = 4, g.rope_orig_ctx = 16;
 	g.rope_mscale = 0.1 * log(4.0) + 1;
 	ok(moe_hparams_check_runnable(&g, &e) == 0, "YaRN runs (%s)", e.msg);
 	g.expert_groups = 2;
-	ok(moe_hparams_check_runnable(&g, &e) == MOE_EUNSUPPORTED && strstr(e.msg, "group"),
-	   "group-limited routing is refused: %s", e.msg);
+	ok(moe_hparams_check_runnable(&g, &e) == 0, "group-limited routing runs (%s)", e.msg);
 }
 
 int main(void)
