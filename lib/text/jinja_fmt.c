@@ -778,24 +778,6 @@ static int cmp_str(const void *x, const void *y)
 	return c ? c : (a->n > b->n) - (a->n < b->n);
 }
 
-/* Whitespace-separated words of s (Python's str.split()), appended. */
-static void split_words(jrender *r, jlist *out, const jv *s)
-{
-	size_t i = 0;
-	while (i < s->n) {
-		uint32_t cp;
-		size_t l = ju_next_cp(s->s, s->n, i, &cp);
-		if (ju_isspace(cp)) {
-			i += l;
-			continue;
-		}
-		size_t st = i;
-		while (i < s->n && (l = ju_next_cp(s->s, s->n, i, &cp), !ju_isspace(cp)))
-			i += l;
-		jlist_push(r, out, jv_strn(s->s + st, i - st));
-	}
-}
-
 static jv urlize(jrender *r, const jv *in, const fargs *a)
 {
 	jv *limit = jx_arg(r, a, 0, "trim_url_limit"), *nofollow = jx_arg(r, a, 1, "nofollow");
@@ -806,7 +788,7 @@ static jv urlize(jrender *r, const jv *in, const fargs *a)
 	jlist *parts = jv_list_new(r, 4).l;
 	if (rel && rel->t != JV_NONE && jv_truthy(rel)) {
 		jv rs = jv_to_str(r, rel);
-		split_words(r, parts, &rs);
+		jv_split_words(r, parts, &rs);
 	}
 	if (nofollow && jv_truthy(nofollow))
 		jlist_push(r, parts, jv_strn("nofollow", 8));

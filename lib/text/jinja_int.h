@@ -194,6 +194,8 @@ size_t ju_len(const char *s, size_t n);
 size_t ju_off(const char *s, size_t n, size_t i);
 /* Python's str.isspace for one code point. */
 bool ju_isspace(uint32_t cp);
+/* Python's str.split() without arguments: the words of s appended to out. */
+void jv_split_words(jrender *r, jlist *out, const jv *s);
 /* The items of an iterable (list: itself; dict: keys; string: characters;
  * Undefined: empty); fails for others. */
 jlist *jv_iter(jrender *r, const jv *v);

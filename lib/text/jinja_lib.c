@@ -614,6 +614,26 @@ static jv str_replace(jrender *r, const jv *s, const jv *old, const jv *new, int
 	return jx_tmp_close(r, b);
 }
 
+/* Whitespace-separated words of s, appended to out: Python's str.split()
+ * without arguments (runs of whitespace, no empty strings).  Also used by
+ * the wordwrap and urlize filters. */
+void jv_split_words(jrender *r, jlist *out, const jv *s)
+{
+	size_t i = 0;
+	while (i < s->n) {
+		uint32_t cp;
+		size_t l = ju_next_cp(s->s, s->n, i, &cp);
+		if (ju_isspace(cp)) {
+			i += l;
+			continue;
+		}
+		size_t st = i;
+		while (i < s->n && (l = ju_next_cp(s->s, s->n, i, &cp), !ju_isspace(cp)))
+			i += l;
+		jlist_push(r, out, jv_strn(s->s + st, i - st));
+	}
+}
+
 static jv str_split(jrender *r, const jv *s, const jv *sep, int64_t maxsplit, bool from_right)
 {
 	jv out = jv_list_new(r, 0);
@@ -654,23 +674,7 @@ static jv str_split(jrender *r, const jv *s, const jv *sep, int64_t maxsplit, bo
 	}
 	/* Runs of whitespace; no empty strings. */
 	jlist *words = jv_list_new(r, 0).l;
-	size_t i = 0;
-	while (i < s->n) {
-		uint32_t cp;
-		size_t l = ju_next_cp(s->s, s->n, i, &cp);
-		if (ju_isspace(cp)) {
-			i += l;
-			continue;
-		}
-		size_t st = i;
-		while (i < s->n) {
-			l = ju_next_cp(s->s, s->n, i, &cp);
-			if (ju_isspace(cp))
-				break;
-			i += l;
-		}
-		jlist_push(r, words, jv_strn(s->s + st, i - st));
-	}
+	jv_split_words(r, words, s);
 	if (maxsplit < 0 || (size_t)maxsplit >= words->n) {
 		out.l = words;
 		return out;
