@@ -28,6 +28,17 @@ is() {
 	if [ "$1" = "$2" ]; then ok 0 "$3"; else ok 1 "$3"; printf '#   got:  %s\n#   want: %s\n' "$1" "$2" | head -20; fi
 }
 diag() { echo "# $*"; }
+# replay FILE [PREFIX]: another program's TAP lines ("ok [N] - name",
+# "not ok [N] - name", "# ...") as this script's, names prefixed by PREFIX
+replay() {
+	while IFS= read -r _line; do
+		case $_line in
+		"ok "*) _name=${_line#ok }; ok 0 "${2-}${_name#*- }" ;;
+		"not ok "*) _name=${_line#not ok }; ok 1 "${2-}${_name#*- }" ;;
+		"#"*) echo "$_line" ;;
+		esac
+	done <"$1"
+}
 skip_all() { echo "1..0 # SKIP $*"; exit 0; }
 done_testing() { echo "1..$tap_n"; [ "$tap_failed" -eq 0 ]; }
 need_shared() { [ -d "$SHARED/vocab" ] || skip_all "shared vocab not found at $SHARED (set MOE_SHARED)"; }

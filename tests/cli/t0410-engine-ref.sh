@@ -94,16 +94,6 @@ model() {
 		{ echo "not ok - $name: vs_engine.py"; sed 's/^/#   /' "$T/$name.vs.err"; }
 }
 
-replay() {
-	while IFS= read -r line; do
-		case $line in
-		"ok - "*) ok 0 "${line#ok - }" ;;
-		"not ok - "*) ok 1 "${line#not ok - }" ;;
-		"#"*) echo "$line" ;;
-		esac
-	done <"$1"
-}
-
 set --
 for a in llama mixtral qwen2 qwen2moe qwen3 qwen3moe olmoe; do
 	set -- "$@" "$a-f32 $a f32 tiny $((S + 1))"

@@ -105,16 +105,6 @@ model() { # model NAME ARCH TYPE SHAPE SEED -> result lines on stdout
 		{ echo "not ok - $name: vs_engine.py"; sed 's/^/#   /' "$T/$name.vs.err"; }
 }
 
-replay() {
-	while IFS= read -r line; do
-		case $line in
-		"ok - "*) ok 0 "${line#ok - }" ;;
-		"not ok - "*) ok 1 "${line#not ok - }" ;;
-		"#"*) echo "$line" ;;
-		esac
-	done <"$1"
-}
-
 set --
 seed=60
 for a in deepseek2 deepseek2-v2 deepseek3; do

@@ -14,16 +14,6 @@ CONV="$BIN/moe-convert"
 GEN="$top_srcdir/scripts/gen-model"
 [ -x "$HELPER" ] || skip_all "tests/unit/engine-batch not built (make check builds it)"
 
-replay() { # replay FILE PREFIX: the helper's TAP lines as ours
-	while IFS= read -r line; do
-		case $line in
-		"ok "*) ok 0 "$2${line#ok * - }" ;;
-		"not ok "*) ok 1 "$2${line#not ok * - }" ;;
-		"#"*) echo "$line" ;;
-		esac
-	done <"$1"
-}
-
 seed=40
 for spec in "llama f32 tiny" "mixtral f32 tiny" "qwen2 f32 tiny" "qwen2moe f32 tiny" \
 	    "qwen3 f32 tiny" "qwen3moe f32 tiny" "olmoe f32 tiny" \
