@@ -5,7 +5,9 @@
  * from the UTH file on demand, one read per (layer, expert) (the UTH
  * adjacency rule puts an expert's tensors back to back), into a cache of
  * fixed-size 4096-aligned slots in anonymous memory (huge pages where the
- * kernel offers them).  Reads use O_DIRECT through io_uring, so the page
+ * kernel offers them), faulted in when the store opens and registered with
+ * io_uring as fixed buffers, so that a read neither zeroes nor pins its
+ * slot's pages in the computing thread.  Reads use O_DIRECT through io_uring, so the page
  * cache is not used and memory stays within the budget; where O_DIRECT is
  * refused (tmpfs, some file systems) the store falls back to buffered reads
  * with a warning and drops the read pages from the page cache again.
