@@ -176,6 +176,21 @@ int moe_experts_parse_size(const char *text, uint64_t model_bytes, uint64_t *out
 	return 0;
 }
 
+uint64_t moe_experts_min_budget(const moe_model *m)
+{
+	return moe_experts_fixed_bytes(m) + (uint64_t)m->hp.n_expert * moe_experts_slot_bytes(m);
+}
+
+int moe_experts_parse_budget(const char *text, const moe_model *m, uint64_t *out, moe_error *e)
+{
+	if (!strcmp(text, "min")) {
+		*out = moe_experts_min_budget(m);
+		return 0;
+	}
+	return moe_experts_parse_size(text, moe_experts_fixed_bytes(m) + moe_experts_total_bytes(m),
+				      out, e);
+}
+
 /* ------------------------------------------------------------ I/O */
 
 static int fail(store *s, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -1062,7 +1077,7 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	s->slot_bytes = moe_experts_slot_bytes(m);
 	s->st.fixed_bytes = moe_experts_fixed_bytes(m);
 	s->st.expert_bytes = moe_experts_total_bytes(m);
-	uint64_t need = s->st.fixed_bytes + (uint64_t)s->n_expert * s->slot_bytes;
+	uint64_t need = moe_experts_min_budget(m);
 	if (p->budget < need) {
 		rc = moe_err(e, MOE_EINVAL,
 			     "memory budget %.1f MiB is below the minimum of %.1f MiB for %s "
