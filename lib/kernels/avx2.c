@@ -5,10 +5,10 @@
  *
  * Compiled with $(AVX2_CFLAGS); kernels.c calls moe_kernels_fill_avx2 only
  * on a CPU that has these instructions.  Dot products for every type, and
- * for Q2_K .. Q6_K, Q8_0, Q4_0, Q5_0 and IQ4_NL a tiled GEMM (rows in the lanes, the
- * weights unpacked once for many tokens) that gives the same bits as the
- * dot products (the reduction orders are described with each); the other
- * types' products loop over the dot products.
+ * for every type a tiled GEMM that gives the same bits as the dot products
+ * (the reduction orders are described with each): for the quantised types
+ * rows in the lanes, the weights unpacked once for many tokens; for the
+ * float types one row by three tokens.
  *
  * Without VNNI the 8-bit products use vpmaddubsw (u8 x s8 -> pairs summed to
  * s16, saturating) then vpmaddwd (s16 x s16 -> pairs summed to s32).  The
@@ -927,6 +927,310 @@ MOE_B32X_GEMM(q4_0, X_Q4_0)
 MOE_B32X_GEMM(q5_0, X_Q5_0)
 MOE_B32X_GEMM(iq4_nl, X_IQ4_NL)
 
+/* ------------------------------------------------ prefill GEMM, float weights
+ *
+ * float_dot's order kept per output (four partial vectors over 32-element
+ * steps, the 8-element steps into the first, the scalar tail added after
+ * hsum8); a tile is one row and up to three tokens, so each weight vector
+ * is loaded and converted once for three tokens (12 accumulators). */
+#define GTF 3
+
+INLINE void float_tile(const int kind, const int T, int64_t n, const uint8_t *w,
+		       const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const int esz = kind == 0 ? 4 : 2;
+	__m256 acc[GTF][4];
+	int64_t i = 0;
+	MOE_UNROLL2 for (int t = 0; t < T; t++)
+		for (int j = 0; j < 4; j++)
+			acc[t][j] = _mm256_setzero_ps();
+	for (; i + 32 <= n; i += 32)
+		MOE_UNROLL2 for (int j = 0; j < 4; j++) {
+			const __m256 wv = load_w8(kind, w + (i + 8 * j) * esz);
+			MOE_UNROLL2 for (int t = 0; t < T; t++)
+				acc[t][j] = _mm256_fmadd_ps(
+					wv, _mm256_loadu_ps((const float *)(x + t * ldx) + i + 8 * j),
+					acc[t][j]);
+		}
+	for (; i + 8 <= n; i += 8) {
+		const __m256 wv = load_w8(kind, w + i * esz);
+		MOE_UNROLL2 for (int t = 0; t < T; t++)
+			acc[t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps((const float *)(x + t * ldx) + i),
+						    acc[t][0]);
+	}
+	for (int t = 0; t < T; t++) {
+		const float *xt = (const float *)(x + t * ldx);
+		float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]),
+						_mm256_add_ps(acc[t][2], acc[t][3])));
+		for (int64_t k = i; k < n; k++)
+			sum += load_w1(kind, w + k * esz) * xt[k];
+		s[t * lds] = sum;
+	}
+}
+
+INLINE void float_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, size_t ldw,
+		       const void *xp, size_t ldx, float *s, size_t lds)
+{
+	const uint8_t *w = wp, *x = xp;
+	for (int r = 0; r < nr; r++)
+		for (int t0 = 0; t0 < nt; t0 += GTF) {
+			const uint8_t *wr = w + (size_t)r * ldw, *xt = x + (size_t)t0 * ldx;
+			float *st = s + (size_t)t0 * lds + r;
+			switch (nt - t0 < GTF ? nt - t0 : GTF) {
+			case 1: float_tile(kind, 1, n, wr, xt, ldx, st, lds); break;
+			case 2: float_tile(kind, 2, n, wr, xt, ldx, st, lds); break;
+			default: float_tile(kind, 3, n, wr, xt, ldx, st, lds); break;
+			}
+		}
+}
+
+static void f32_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+		     size_t ldx, float *s, size_t lds)
+{
+	float_gemm(0, n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
+static void f16_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+		     size_t ldx, float *s, size_t lds)
+{
+	float_gemm(1, n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
+static void bf16_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+		      size_t ldx, float *s, size_t lds)
+{
+	float_gemm(2, n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
+/* ------------------------------------ prefill GEMM, the lane-order types
+ *
+ * MXFP4, Q4_1, Q5_1 and IQ4_XS keep their dot products' order (above):
+ * every output has 8 float partials, partial l taking slice l (elements
+ * 4l .. 4l+3, lane l of dot_u8s8) of each 32-element group, fma'd block
+ * after block (IQ4_XS: super-block; its group integers scaled and summed
+ * exactly first), then hsum8.  The GEMM unpacks 8 rows with the rows in
+ * the lanes, [block][group][l][8 rows][4 bytes], once for every token, and
+ * keeps a token's 8 partials as 8 vectors over the rows; slice l of a
+ * token is its 4 activation bytes broadcast.  Signed values (MXFP4, the
+ * IQ4 code book, up to 127 in magnitude) go in as |w| with the sign moved
+ * onto the activation, as in dot_s8; Q4_1/Q5_1 codes are unsigned. */
+enum { L_MXFP4, L_Q4_1, L_Q5_1, L_IQ4_XS };
+#define GT4 4
+
+INLINE size_t lo_bsize(const int kind)
+{
+	switch (kind) {
+	case L_Q4_1: return sizeof(moe_block_q4_1);
+	case L_Q5_1: return sizeof(moe_block_q5_1);
+	case L_IQ4_XS: return sizeof(moe_block_iq4_xs);
+	default: return sizeof(moe_block_mxfp4);
+	}
+}
+
+/* The activation block: Q8_0, Q8_1, Q8_K; where its codes start. */
+INLINE size_t lo_xsize(const int kind)
+{
+	return kind == L_MXFP4 ? sizeof(moe_block_q8_0)
+	       : kind == L_IQ4_XS ? sizeof(moe_block_q8_k)
+				 : sizeof(moe_block_q8_1);
+}
+
+INLINE size_t lo_xqs(const int kind)
+{
+	return kind == L_MXFP4 ? offsetof(moe_block_q8_0, qs)
+	       : kind == L_IQ4_XS ? offsetof(moe_block_q8_k, qs)
+				 : offsetof(moe_block_q8_1, qs);
+}
+
+/* Group g's 32 values of block b in element order, as the dot products
+ * build them. */
+INLINE __m256i lo_values(const int kind, const uint8_t *b, int g)
+{
+	switch (kind) {
+	case L_Q4_1: return nibbles32(b + offsetof(moe_block_q4_1, qs));
+	case L_Q5_1:
+		return _mm256_or_si256(nibbles32(b + offsetof(moe_block_q5_1, qs)),
+				       q5_high(b + offsetof(moe_block_q5_1, qh)));
+	case L_IQ4_XS: return book32(moe_kvalues_iq4nl, b + offsetof(moe_block_iq4_xs, qs) + 16 * g);
+	default: return book32(moe_kvalues_mxfp4, b + offsetof(moe_block_mxfp4, qs));
+	}
+}
+
+typedef struct {
+	uint8_t *wa, *ws; /* [block][group][l][row][4]: |w| (or the codes), w */
+	int32_t *sc;      /* IQ4_XS [block][group][row]: ls - 32 in both 16-bit halves */
+	float *wd, *wm;   /* [block][row]: the weight scale; Q4_1/Q5_1 m */
+} lo_pack;
+
+INLINE void lo_unpack(const int kind, const lo_pack *pk, const uint8_t *w, size_t ldw, int rows,
+		      int64_t nb)
+{
+	const size_t bs = lo_bsize(kind);
+	const int G = kind == L_IQ4_XS ? 8 : 1;
+	for (int64_t i = 0; i < nb; i++) {
+		for (int g = 0; g < G; g++) {
+			__m256i v[8];
+			for (int r = 0; r < 8; r++)
+				v[r] = r < rows ? lo_values(kind, w + r * ldw + i * bs, g)
+						: _mm256_setzero_si256();
+			transpose8(v);
+			const size_t k0 = (size_t)(i * G + g) * 8;
+			for (int l = 0; l < 8; l++) {
+				__m256i a = kind == L_Q4_1 || kind == L_Q5_1 ? v[l]
+									       : _mm256_sign_epi8(v[l], v[l]);
+				_mm256_store_si256((void *)(pk->wa + (k0 + l) * 32), a);
+				_mm256_store_si256((void *)(pk->ws + (k0 + l) * 32), v[l]);
+			}
+		}
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *b = w + r * ldw + i * bs;
+			float d = 0.0f, m = 0.0f;
+			if (r < rows) {
+				if (kind == L_MXFP4) {
+					d = moe_e8m0_to_f32_half(b[offsetof(moe_block_mxfp4, e)]);
+				} else {
+					d = h2f(b);
+					if (kind != L_IQ4_XS)
+						m = h2f(b + 2);
+				}
+			}
+			pk->wd[i * 8 + r] = d;
+			pk->wm[i * 8 + r] = m;
+			if (kind != L_IQ4_XS)
+				continue;
+			const moe_block_iq4_xs *q = (const void *)b;
+			for (int g = 0; g < 8; g++) {
+				int ls = r < rows ? (((q->scales_l[g / 2] >> (4 * (g % 2))) & 0x0F) |
+						     ((q->scales_h >> (2 * g)) & 3) << 4) - 32
+						  : 0;
+				pk->sc[(i * 8 + g) * 8 + r] = (int32_t)((uint32_t)(uint16_t)ls * 0x10001u);
+			}
+		}
+	}
+}
+
+INLINE void lo_tile(const int kind, const int T, const lo_pack *pk, int64_t nb, const uint8_t *x,
+		    size_t ldx, float *s, size_t lds, __m256i m)
+{
+	const size_t xbs = lo_xsize(kind), xqs = lo_xqs(kind);
+	const int sgn = kind == L_MXFP4 || kind == L_IQ4_XS;
+	const __m256i ones = _mm256_set1_epi8(1);
+	__m256 P[GT4][8];
+	for (int t = 0; t < T; t++)
+		for (int l = 0; l < 8; l++)
+			P[t][l] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < nb; i++) {
+		const __m256 wd = _mm256_load_ps(pk->wd + i * 8);
+		__m256 dd[GT4], dm[GT4];
+		MOE_UNROLL2 for (int t = 0; t < T; t++) {
+			const uint8_t *y = x + t * ldx + i * xbs;
+			float dy;
+			if (kind == L_IQ4_XS)
+				memcpy(&dy, y, 4);
+			else
+				dy = h2f(y);
+			dd[t] = _mm256_mul_ps(wd, _mm256_set1_ps(dy));
+			dm[t] = _mm256_mul_ps(_mm256_load_ps(pk->wm + i * 8), _mm256_set1_ps(dy));
+		}
+		if (kind == L_IQ4_XS) {
+			for (int l = 0; l < 8; l++) {
+				__m256i I[GT4];
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					I[t] = _mm256_setzero_si256();
+				MOE_UNROLL2 for (int g = 0; g < 8; g++) {
+					const size_t k = (size_t)(i * 8 + g) * 8 + l;
+					const __m256i a = _mm256_load_si256((const void *)(pk->wa + k * 32));
+					const __m256i sg = _mm256_load_si256((const void *)(pk->ws + k * 32));
+					const __m256i sc =
+						_mm256_load_si256((const void *)(pk->sc + (i * 8 + g) * 8));
+					MOE_UNROLL2 for (int t = 0; t < T; t++) {
+						__m256i xv = bcast32_2(x + t * ldx + i * xbs + xqs +
+								       32 * g + 4 * l);
+						I[t] = _mm256_add_epi32(
+							I[t], _mm256_madd_epi16(_mm256_maddubs_epi16(
+											a, _mm256_sign_epi8(xv, sg)),
+										sc));
+					}
+				}
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					P[t][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[t]), dd[t], P[t][l]);
+			}
+			continue;
+		}
+		MOE_UNROLL2 for (int l = 0; l < 8; l++) {
+			const size_t k = (size_t)i * 8 + l;
+			const __m256i a = _mm256_load_si256((const void *)(pk->wa + k * 32));
+			const __m256i sg = _mm256_load_si256((const void *)(pk->ws + k * 32));
+			MOE_UNROLL2 for (int t = 0; t < T; t++) {
+				__m256i xv = bcast32_2(x + t * ldx + i * xbs + xqs + 4 * l);
+				__m256i p = dot_u8s8(a, sgn ? _mm256_sign_epi8(xv, sg) : xv);
+				P[t][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd[t], P[t][l]);
+				if (!sgn)
+					P[t][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(ones, xv)),
+								  dm[t], P[t][l]);
+			}
+		}
+	}
+	/* hsum8's order across the partials. */
+	for (int t = 0; t < T; t++) {
+		__m256 a0 = _mm256_add_ps(P[t][0], P[t][4]), a1 = _mm256_add_ps(P[t][1], P[t][5]);
+		__m256 a2 = _mm256_add_ps(P[t][2], P[t][6]), a3 = _mm256_add_ps(P[t][3], P[t][7]);
+		__m256 b0 = _mm256_add_ps(a0, a2), b1 = _mm256_add_ps(a1, a3);
+		_mm256_maskstore_ps(s + t * lds, m, _mm256_add_ps(b0, b1));
+	}
+}
+
+/* false (nothing done) when no work buffer could be had. */
+INLINE bool lo_gemm(const int kind, int64_t n, int nr, int nt, const uint8_t *w, size_t ldw,
+		    const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const int64_t nb = n / (kind == L_IQ4_XS ? MOE_QK_K : MOE_QK);
+	/* wa, ws 8n bytes each; sc n; wd, wm 32 per block. */
+	uint8_t *buf = moe_kernels_work_buffer(17 * (size_t)n + 64 * (size_t)nb);
+	if (!buf)
+		return false;
+	const lo_pack pk = {buf, buf + 8 * n, (int32_t *)(buf + 16 * n), (float *)(buf + 17 * n),
+			    (float *)(buf + 17 * n + 32 * nb)};
+	for (int r0 = 0; r0 < nr; r0 += 8) {
+		const int rows = nr - r0 < 8 ? nr - r0 : 8;
+		const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows),
+						     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+		lo_unpack(kind, &pk, w + (size_t)r0 * ldw, ldw, rows, nb);
+		for (int t0 = 0; t0 < nt; t0 += GT4) {
+			const int T = nt - t0 < GT4 ? nt - t0 : GT4;
+			const uint8_t *xt = x + (size_t)t0 * ldx;
+			float *st = s + (size_t)t0 * lds + r0;
+			switch (T) {
+			case 1: lo_tile(kind, 1, &pk, nb, xt, ldx, st, lds, m); break;
+			case 2: lo_tile(kind, 2, &pk, nb, xt, ldx, st, lds, m); break;
+			case 3: lo_tile(kind, 3, &pk, nb, xt, ldx, st, lds, m); break;
+			default: lo_tile(kind, 4, &pk, nb, xt, ldx, st, lds, m); break;
+			}
+		}
+	}
+	return true;
+}
+
+/* Below this many tokens the dot products (same bits, no unpacking). */
+#define LO_MIN_TOKENS 3
+
+#define MOE_LO_GEMM(name, kind)                                                                  \
+	static void name##_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw,          \
+				const void *x, size_t ldx, float *s, size_t lds)               \
+	{                                                                                      \
+		if (nt >= LO_MIN_TOKENS && lo_gemm(kind, n, nr, nt, w, ldw, x, ldx, s, lds))   \
+			return;                                                                \
+		for (int t = 0; t < nt; t++)                                                   \
+			for (int r = 0; r < nr; r++)                                           \
+				vec_dot_##name(n, s + t * lds + r, (const uint8_t *)w + r * ldw,   \
+					       (const uint8_t *)x + t * ldx);                      \
+	}
+
+MOE_LO_GEMM(mxfp4, L_MXFP4)
+MOE_LO_GEMM(q4_1, L_Q4_1)
+MOE_LO_GEMM(q5_1, L_Q5_1)
+MOE_LO_GEMM(iq4_xs, L_IQ4_XS)
+
 /* ------------------------------------------------------------ quantisers */
 
 INLINE __m256 abs8(__m256 v)
@@ -1065,6 +1369,13 @@ void moe_kernels_fill_avx2(moe_kernels *k)
 	k->gemm[MOE_Q4_0] = q4_0_gemm;
 	k->gemm[MOE_Q5_0] = q5_0_gemm;
 	k->gemm[MOE_IQ4_NL] = iq4_nl_gemm;
+	k->gemm[MOE_MXFP4] = mxfp4_gemm;
+	k->gemm[MOE_Q4_1] = q4_1_gemm;
+	k->gemm[MOE_Q5_1] = q5_1_gemm;
+	k->gemm[MOE_IQ4_XS] = iq4_xs_gemm;
+	k->gemm[MOE_F32] = f32_gemm;
+	k->gemm[MOE_F16] = f16_gemm;
+	k->gemm[MOE_BF16] = bf16_gemm;
 	k->quantize_row[MOE_Q8_0] = quantize_row_q8_0;
 	k->quantize_row[MOE_Q8_K] = quantize_row_q8_k;
 	k->to_float[MOE_F16] = f16_to_float;
