@@ -212,7 +212,7 @@ int main(void)
 		ok(0, "pools: %s", e.msg);
 		return tap_done();
 	}
-	for (int i = 0; i <= MOE_ISA_AVX512; i++) {
+	for (int i = 0; i < MOE_ISA_COUNT; i++) {
 		const moe_kernels *k = moe_kernels_for((moe_isa)i);
 		if (!k) {
 			tap_diag("%s: not available here", moe_isa_name((moe_isa)i));
