@@ -34,9 +34,12 @@
 # elements) but one flipped code can move the logits of a small random model
 # by a per cent (and then, the activations being off by that much, many more
 # codes differ downstream).  The float16 rounding of the KV cache has such
-# ties too.  A Tape records the roundings of a run that fall within a margin
-# of a tie and can force chosen ones the other way, so a comparison can tell
-# "the engine rounded one tie the other way" from a real error.
+# ties too, and so has the float16 rounding of a Q8_0 / Q8_1 block's scale
+# d (named 'NAME/scale', col = the block: the codes are unchanged, the
+# block's values move by one float16 step of d).  A Tape records the
+# roundings of a run that fall within a margin of a tie and can force
+# chosen ones the other way, so a comparison can tell "the engine rounded
+# one tie the other way" from a real error.
 #
 # Written from those definitions with numpy; shares no code with the engine.
 import numpy as np
@@ -249,7 +252,12 @@ def values(x, t, tape=None):
 	the rounding."""
 	if t in (Q8_0, Q8_1):
 		d, v = _q8_0_scaled(x)
-		d = d.astype(np.float16)                     # the stored scale
+		# the stored scale: its float16 rounding has ties too (the codes
+		# use 1/d before it, so only the block's value moves)
+		if tape is not None and np.ndim(d) == 2:
+			d = tape[0].f16(d, tape[1] + '/scale', tape[2])
+		else:
+			d = d.astype(np.float16)
 	elif t == Q8_K:
 		d, v = _q8_k_scaled(x)
 	else:
