@@ -213,7 +213,7 @@ static bool close_enough(double got, double want, double scale, double tol)
 	return isfinite(got) && fabs(got - want) <= tol * scale + 1e-30;
 }
 
-static const moe_kernels *tables[3];
+static const moe_kernels *tables[MOE_ISA_COUNT];
 static int n_tables;
 
 /* ------------------------------------------------------------ dot products */
@@ -238,7 +238,7 @@ static void tally_add(tally *t, double got, double want, double scale, double to
 
 /* One row pair of type dt and length n: generic against the reference, each
  * SIMD table against generic. */
-static void vec_dot_case(int dt, int64_t n, int mode, int kind, tally *ref, tally simd[3])
+static void vec_dot_case(int dt, int64_t n, int mode, int kind, tally *ref, tally simd[MOE_ISA_COUNT])
 {
 	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
 	void *w = malloc(nbytes(dt, n));
@@ -271,7 +271,7 @@ static void test_vec_dot(void)
 	for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
 		int dt = weight_types[ti];
 		const moe_type_traits *t = moe_type_get(dt);
-		tally ref = {0}, simd[3] = {{0}};
+		tally ref = {0}, simd[MOE_ISA_COUNT] = {{0}};
 		/* One block, an odd number of blocks (SIMD steps take two),
 		 * and a long row; float types get lengths with SIMD tails. */
 		int64_t bs = t->block_size;
@@ -385,6 +385,49 @@ static void test_gemm(void)
 			for (size_t i = 0; i < count; i++)
 				gemm_case(tables[k], dt, nbl[i] * bs);
 		}
+	}
+}
+
+/* The avxvnni level is the avx2 kernel body with vpdpbusd for its dot
+ * product step, which never differs from vpmaddubsw + vpmaddwd where the
+ * latter cannot saturate: every type's products (decode and tiles) must be
+ * the avx2 level's bits. */
+static void test_avxvnni_same(void)
+{
+	const moe_kernels *a2 = moe_kernels_for(MOE_ISA_AVX2), *vn = moe_kernels_for(MOE_ISA_AVXVNNI);
+	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
+	if (!a2 || !vn)
+		return;
+	const int nr = 9, nt = 7;
+	for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+		const int dt = weight_types[ti], at = moe_type_get(dt)->vec_dot_type;
+		const int64_t bs = moe_type_get(dt)->block_size, n = 9 * (bs > 1 ? bs : 32);
+		const size_t wb = nbytes(dt, n), xb = nbytes(at, n);
+		uint8_t *w = malloc(wb * nr), *xq = malloc(xb * nt);
+		float *x = malloc(sizeof(float) * (size_t)n), s[2][9 * 7], d[2][9 * 7];
+		for (int r = 0; r < nr; r++)
+			make_weights(dt, w + r * wb, n, r & 1);
+		for (int t = 0; t < nt; t++) {
+			make_floats(x, n, t == 2);
+			void *q = make_act(gen, dt, x, n);
+			memcpy(xq + t * xb, q, xb);
+			free(q);
+		}
+		const moe_kernels *k2[2] = {a2, vn};
+		for (int j = 0; j < 2; j++) {
+			if (k2[j]->gemm[dt])
+				k2[j]->gemm[dt](n, nr, nt, w, wb, xq, xb, s[j], nr);
+			for (int t = 0; t < nt; t++)
+				for (int r = 0; r < nr; r++)
+					k2[j]->vec_dot[dt](n, &d[j][t * nr + r], w + r * wb, xq + t * xb);
+		}
+		bool same = !memcmp(d[0], d[1], sizeof d[0]) &&
+			    (!a2->gemm[dt] || !memcmp(s[0], s[1], sizeof s[0]));
+		ok(same && !a2->gemm[dt] == !vn->gemm[dt], "%s: avxvnni gives avx2's bits",
+		   moe_type_name(dt));
+		free(w);
+		free(xq);
+		free(x);
 	}
 }
 
@@ -671,32 +714,40 @@ static void test_invariance(void)
 /* The level table: parents below their children with a subset of their
  * features, and a CPU lacking any feature a level's file is compiled for
  * never gets that level (the AVX-512 kernels use VNNI: a CPU with AVX-512
- * and no VNNI gets AVX2). */
+ * and no VNNI gets AVX2; AVX-VNNI is a branch of its own under AVX2, and a
+ * CPU with both AVX-512 and AVX-VNNI gets AVX-512). */
 static void test_isa_table(void)
 {
 	const unsigned a512 = moe_isa_info_get(MOE_ISA_AVX512)->features;
 	const unsigned a2 = moe_isa_info_get(MOE_ISA_AVX2)->features;
 	bool sane = true;
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < MOE_ISA_COUNT; i++) {
 		const moe_isa_info *in = moe_isa_info_get((moe_isa)i);
 		sane = sane && in && (int)in->isa == i && in->parent < i;
 		if (in && in->parent >= 0)
 			sane = sane && (moe_isa_info_get((moe_isa)in->parent)->features &
 					~in->features) == 0;
 	}
-	ok(sane && !moe_isa_info_get((moe_isa)3), "level table: parents below, features nested");
+	ok(sane && !moe_isa_info_get(MOE_ISA_COUNT), "level table: parents below, features nested");
 	is_int(moe_cpu_isa_for(a512), MOE_ISA_AVX512, "all avx512 features: avx512");
 	is_int(moe_cpu_isa_for(a512 & ~MOE_CPU_AVX512VNNI), MOE_ISA_AVX2,
 	       "avx512 without vnni: avx2");
 	is_int(moe_cpu_isa_for(a512 & ~MOE_CPU_AVX512BW), MOE_ISA_AVX2, "avx512 without bw: avx2");
 	is_int(moe_cpu_isa_for(a2 & ~MOE_CPU_F16C), MOE_ISA_GENERIC, "avx2 without f16c: generic");
+	is_int(moe_cpu_isa_for(a2 | MOE_CPU_AVXVNNI), MOE_ISA_AVXVNNI, "avx2 and avx-vnni: avxvnni");
+	is_int(moe_cpu_isa_for(a512 | MOE_CPU_AVXVNNI), MOE_ISA_AVX512,
+	       "avx512 and avx-vnni: avx512");
+	is_int(moe_cpu_isa_for((a512 & ~MOE_CPU_AVX512VNNI) | MOE_CPU_AVXVNNI), MOE_ISA_AVXVNNI,
+	       "avx512 without its vnni, with avx-vnni: avxvnni");
+	is_int(moe_cpu_isa_for((a2 & ~MOE_CPU_FMA) | MOE_CPU_AVXVNNI), MOE_ISA_GENERIC,
+	       "avx-vnni without fma: generic");
 	is_int(moe_cpu_isa_for(0), MOE_ISA_GENERIC, "no features: generic");
 	is_int(moe_cpu_feature_parse("avx512bf16, avx512vnni,bogus"),
 	       MOE_CPU_AVX512BF16 | MOE_CPU_AVX512VNNI, "feature list parsed");
 	/* Whatever MOE_CPU_DISABLE hides (t-kernels-isa.sh), no table needs it. */
 	unsigned f = moe_cpu_features();
 	bool fits = true;
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < MOE_ISA_COUNT; i++)
 		if (moe_kernels_for((moe_isa)i))
 			fits = fits && (moe_isa_info_get((moe_isa)i)->features & ~f) == 0;
 	ok(fits, "every built table's features are present (cpu %#x)", f);
@@ -740,7 +791,7 @@ static void test_dispatch(void)
 	   moe_isa_name(k->isa), moe_isa_name(moe_cpu_isa()));
 	if (req && !strcasecmp(req, "generic"))
 		is_int(k->isa, MOE_ISA_GENERIC, "MOE_ISA=generic selects the generic kernels");
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < MOE_ISA_COUNT; i++) {
 		const moe_kernels *t = moe_kernels_for((moe_isa)i);
 		if (t)
 			is_int(t->isa, i, "moe_kernels_for(%s) has that isa",
@@ -799,7 +850,7 @@ static void test_golden(void)
 
 int main(void)
 {
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < MOE_ISA_COUNT; i++)
 		if (moe_kernels_for((moe_isa)i))
 			tables[n_tables++] = moe_kernels_for((moe_isa)i);
 	printf("# tables:");
@@ -811,6 +862,7 @@ int main(void)
 	test_golden();
 	test_vec_dot();
 	test_gemm();
+	test_avxvnni_same();
 	test_quantizers();
 	test_to_float();
 	test_matmul();
