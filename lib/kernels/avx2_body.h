@@ -743,7 +743,31 @@ INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, i
 		const moe_block_q8_k *y0 = (const void *)(x + (i0 + sb) * sizeof(moe_block_q8_k));
 		__m256i is[GT2], ms[GT2];
 		MOE_UNROLL2 for (int t = 0; t < T; t++)
-			is[t] = ms[t] = _mm256_setzero_si256();
+			is[t] = _mm256_setzero_si256();
+#ifdef MOE_AVXVNNI
+		/* vpdpbusd sums a whole group in 32 bits; the scale (the high
+		 * 16-bit half, sign-extended) multiplies that sum once: the
+		 * same integer as the 16-bit steps below. */
+		(void)U;
+		for (int g = 0; g < ng; g++) {
+			const __m256i sc = _mm256_srai_epi32(
+				_mm256_load_si256((const void *)pk->sc[sb][g]), 16);
+			__m256i p[GT2];
+			MOE_UNROLL2 for (int t = 0; t < T; t++)
+				p[t] = _mm256_setzero_si256();
+			MOE_UNROLL2 for (int j = 0; j < gl; j++) {
+				const int k4 = gl * g + j;
+				const __m256i wv = _mm256_load_si256((const void *)pk->q[sb][k4]);
+				MOE_UNROLL2 for (int t = 0; t < T; t++) {
+					const uint8_t *y = (const uint8_t *)y0 + t * ldx;
+					p[t] = _mm256_dpbusd_avx_epi32(
+						p[t], wv, bcast32_2(y + offsetof(moe_block_q8_k, qs) + 4 * k4));
+				}
+			}
+			MOE_UNROLL2 for (int t = 0; t < T; t++)
+				is[t] = _mm256_add_epi32(is[t], _mm256_mullo_epi32(p[t], sc));
+		}
+#else
 		for (int g = 0; g < ng; g++) {
 			const __m256i sc = _mm256_load_si256((const void *)pk->sc[sb][g]);
 			for (int h = 0; h < gl; h += U) {
@@ -758,12 +782,21 @@ INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, i
 						p[t] = _mm256_add_epi16(
 							p[t], _mm256_maddubs_epi16(
 								      wv, bcast32_2(y + offsetof(moe_block_q8_k, qs) + 4 * k4)));
+						/* A chain per token: left alone, GCC
+						 * re-associates these adds into a tree
+						 * and spills the partial sums. */
+						__asm__("" : "+x"(p[t]));
 					}
 				}
 				MOE_UNROLL2 for (int t = 0; t < T; t++)
 					is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p[t], sc));
 			}
 		}
+#endif
+		/* (ms starts here, not above, to keep registers free in the
+		 * loop over the groups.) */
+		MOE_UNROLL2 for (int t = 0; t < T; t++)
+			ms[t] = _mm256_setzero_si256();
 		for (int j = 0; j < 8; j++) {
 			const __m256i mm = _mm256_load_si256((const void *)pk->mm[sb][j]);
 			MOE_UNROLL2 for (int t = 0; t < T; t++) {
