@@ -148,15 +148,23 @@ enum {
 	MOE_CPU_AVXVNNI = 1u << 11,
 };
 
-/* Instruction-set levels the kernels are built for, lowest first. */
-typedef enum { MOE_ISA_GENERIC = 0, MOE_ISA_AVX2 = 1, MOE_ISA_AVX512 = 2 } moe_isa;
+/* Instruction-set levels the kernels are built for, each after its parent
+ * (lib/core/cpu.c's table).  MOE_ISA_COUNT: one past the last. */
+typedef enum {
+	MOE_ISA_GENERIC = 0,
+	MOE_ISA_AVX2 = 1,
+	MOE_ISA_AVX512 = 2,
+	MOE_ISA_AVX512BF16 = 3,
+	MOE_ISA_COUNT
+} moe_isa;
 
 /* Features of this CPU (cpuid + OS support via xgetbv) minus those named
  * in MOE_CPU_DISABLE, cached. */
 unsigned moe_cpu_features(void);
 /* The ISA level to use: the best the CPU supports, lowered by the
- * environment variable MOE_ISA=generic|avx2|avx512 (a request above what the
- * CPU supports is clamped with a warning). Cached after the first call. */
+ * environment variable MOE_ISA=generic|avx2|avx512|avx512bf16 (a level the
+ * CPU lacks a feature of is refused with a warning). Cached after the first
+ * call. */
 moe_isa moe_cpu_isa(void);
 const char *moe_isa_name(moe_isa isa);
 /* Space-separated feature names, e.g. "avx2 fma f16c avx512f". */

@@ -2,8 +2,8 @@
  *
  * Features come from cpuid, and the AVX/AVX-512/AMX register states must
  * also be enabled by the OS (xgetbv XCR0), or using them would fault.  The
- * kernels ask moe_cpu_isa() once; MOE_ISA=generic|avx2|avx512 lowers the
- * choice, which is how tests exercise every path on one machine, and
+ * kernels ask moe_cpu_isa() once; MOE_ISA=generic|avx2|avx512|avx512bf16
+ * lowers the choice, which is how tests exercise every path on one machine, and
  * MOE_CPU_DISABLE=feature,... hides features to simulate other CPUs. */
 #include "core.h"
 
@@ -90,6 +90,13 @@ static const moe_isa_info isa_table[] = {
 			    MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C | MOE_CPU_AVX512F |
 				    MOE_CPU_AVX512BW | MOE_CPU_AVX512VL | MOE_CPU_AVX512VNNI,
 			    MOE_ISA_AVX2},
+	/* vdpbf16ps for BF16 weights (lib/kernels/avx512bf16.c); the rest
+	 * is avx512's. */
+	[MOE_ISA_AVX512BF16] = {MOE_ISA_AVX512BF16, "avx512bf16",
+				MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C | MOE_CPU_AVX512F |
+					MOE_CPU_AVX512BW | MOE_CPU_AVX512VL |
+					MOE_CPU_AVX512VNNI | MOE_CPU_AVX512BF16,
+				MOE_ISA_AVX512},
 };
 
 const moe_isa_info *moe_isa_info_get(moe_isa isa)
@@ -160,10 +167,15 @@ moe_isa moe_cpu_isa(void)
 		for (size_t i = 0; i < sizeof isa_table / sizeof isa_table[0]; i++)
 			if (!strcasecmp(req, isa_table[i].name))
 				want = (int)i;
+		/* A level is supported when the CPU has all of its features
+		 * (not by its place in the table: levels form a tree). */
 		if (want < 0)
-			moe_log(MOE_LOG_WARN, "MOE_ISA=%s not recognised (generic, avx2, avx512); using %s",
+			moe_log(MOE_LOG_WARN,
+				"MOE_ISA=%s not recognised (generic, avx2, avx512, avx512bf16); "
+				"using %s",
 				req, moe_isa_name(best));
-		else if (want > (int)best)
+		else if ((moe_cpu_features() & isa_table[want].features) !=
+			 isa_table[want].features)
 			moe_log(MOE_LOG_WARN, "MOE_ISA=%s not supported by this CPU; using %s", req,
 				moe_isa_name(best));
 		else

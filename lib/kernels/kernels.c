@@ -12,17 +12,18 @@
 
 #include "kernels/kernels_int.h"
 
-static moe_kernels tables[3];
-static bool table_ok[3];
+static moe_kernels tables[MOE_ISA_COUNT];
+static bool table_ok[MOE_ISA_COUNT];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 /* Each level's fill function, run on a copy of its parent's table (NULL:
  * not built for this host). */
-static void (*const fill[3])(moe_kernels *) = {
+static void (*const fill[MOE_ISA_COUNT])(moe_kernels *) = {
 	[MOE_ISA_GENERIC] = moe_kernels_fill_generic,
 #if MOE_X86_KERNELS
 	[MOE_ISA_AVX2] = moe_kernels_fill_avx2,
 	[MOE_ISA_AVX512] = moe_kernels_fill_avx512,
+	[MOE_ISA_AVX512BF16] = moe_kernels_fill_avx512bf16,
 #endif
 };
 
@@ -30,7 +31,7 @@ static void build_tables(void)
 {
 	unsigned f = moe_cpu_features();
 
-	for (int isa = 0; isa < 3; isa++) {
+	for (int isa = 0; isa < MOE_ISA_COUNT; isa++) {
 		const moe_isa_info *info = moe_isa_info_get((moe_isa)isa);
 		/* Every feature the level's file was compiled for, and a
 		 * usable parent to start from. */
@@ -47,7 +48,7 @@ static void build_tables(void)
 
 const moe_kernels *moe_kernels_for(moe_isa isa)
 {
-	if ((int)isa < 0 || isa > MOE_ISA_AVX512)
+	if ((int)isa < 0 || isa >= MOE_ISA_COUNT)
 		return NULL;
 	pthread_once(&tables_once, build_tables);
 	return table_ok[isa] ? &tables[isa] : NULL;

@@ -22,18 +22,26 @@ run() { # name expect env...
 	fi
 }
 best=$(MOE_ISA= "$t" | sed -n 's/^# tables:.* \([a-z0-9]*\)$/\1/p')
-echo "1..5"
+echo "1..7"
+case $best in avx2 | avx512*) has_avx2=1 ;; *) has_avx2= ;; esac
 run "MOE_ISA=generic" generic MOE_ISA=generic
-if [ "$best" = avx2 ] || [ "$best" = avx512 ]; then
+if [ -n "$has_avx2" ]; then
 	run "MOE_ISA=avx2" avx2 MOE_ISA=avx2
 	run "avx512 CPU without VNNI gets avx2" avx2 MOE_CPU_DISABLE=avx512vnni
 else
 	echo "ok 2 # SKIP no avx2"; echo "ok 3 # SKIP no avx2"; n=3
 fi
-if [ "$best" = avx512 ]; then
-	run "MOE_ISA=avx512" avx512 MOE_ISA=avx512
+case $best in
+avx512*) run "MOE_ISA=avx512" avx512 MOE_ISA=avx512 ;;
+*) n=$((n + 1)); echo "ok $n # SKIP no avx512" ;;
+esac
+if [ "$best" = avx512bf16 ]; then
+	run "MOE_ISA=avx512bf16" avx512bf16 MOE_ISA=avx512bf16
+	run "avx512bf16 CPU without it (MOE_CPU_DISABLE) gets avx512" avx512 \
+		MOE_CPU_DISABLE=avx512bf16
 else
-	n=$((n + 1)); echo "ok $n # SKIP no avx512"
+	n=$((n + 1)); echo "ok $n # SKIP no avx512bf16"
+	n=$((n + 1)); echo "ok $n # SKIP no avx512bf16"
 fi
 run "no f16c: generic" generic MOE_CPU_DISABLE=f16c,avx512bw
 exit $fail
