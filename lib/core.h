@@ -148,23 +148,24 @@ enum {
 	MOE_CPU_AVXVNNI = 1u << 11,
 };
 
-/* Instruction-set levels the kernels are built for, each after its parent
- * (lib/core/cpu.c's table).  MOE_ISA_COUNT: one past the last. */
+/* Instruction-set levels the kernels are built for; a level's parent (the
+ * one whose kernels fill in what it has none for) comes before it. */
 typedef enum {
 	MOE_ISA_GENERIC = 0,
 	MOE_ISA_AVX2 = 1,
 	MOE_ISA_AVX512 = 2,
-	MOE_ISA_AVX512BF16 = 3,
-	MOE_ISA_COUNT
+	MOE_ISA_AVXVNNI = 3,    /* AVX2 + AVX-VNNI (vpdpbusd on ymm) */
+	MOE_ISA_AVX512BF16 = 4, /* AVX-512 + AVX512-BF16 (vdpbf16ps, BF16 weights) */
+	MOE_ISA_COUNT           /* number of levels; keep last */
 } moe_isa;
 
 /* Features of this CPU (cpuid + OS support via xgetbv) minus those named
  * in MOE_CPU_DISABLE, cached. */
 unsigned moe_cpu_features(void);
-/* The ISA level to use: the best the CPU supports, lowered by the
- * environment variable MOE_ISA=generic|avx2|avx512|avx512bf16 (a level the
- * CPU lacks a feature of is refused with a warning). Cached after the first
- * call. */
+/* The ISA level to use: the best the CPU supports (moe_cpu_isa_for), or
+ * the one the environment variable
+ * MOE_ISA=generic|avx2|avxvnni|avx512|avx512bf16 names if the CPU supports it
+ * (otherwise the best, with a warning). Cached after the first call. */
 moe_isa moe_cpu_isa(void);
 const char *moe_isa_name(moe_isa isa);
 /* Space-separated feature names, e.g. "avx2 fma f16c avx512f". */
@@ -183,7 +184,10 @@ typedef struct moe_isa_info {
 } moe_isa_info;
 /* The level's entry, or NULL for an unknown level. */
 const moe_isa_info *moe_isa_info_get(moe_isa isa);
-/* The best level whose required features are all in `features`. */
+/* The best level whose required features are all in `features`: walking
+ * the table in order, a usable level replaces the choice so far when it
+ * descends from it, so among levels on different branches (avx512 and
+ * avxvnni, both children of avx2) the one listed first is preferred. */
 moe_isa moe_cpu_isa_for(unsigned features);
 /* Feature bits named in a list such as "avx512bf16,avx512vnni" (unknown
  * names are ignored; NULL gives 0).  moe_cpu_features() leaves out the ones

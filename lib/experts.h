@@ -5,7 +5,9 @@
  * from the UTH file on demand, one read per (layer, expert) (the UTH
  * adjacency rule puts an expert's tensors back to back), into a cache of
  * fixed-size 4096-aligned slots in anonymous memory (huge pages where the
- * kernel offers them).  Reads use O_DIRECT through io_uring, so the page
+ * kernel offers them), faulted in when the store opens and registered with
+ * io_uring as fixed buffers, so that a read neither zeroes nor pins its
+ * slot's pages in the computing thread.  Reads use O_DIRECT through io_uring, so the page
  * cache is not used and memory stays within the budget; where O_DIRECT is
  * refused (tmpfs, some file systems) the store falls back to buffered reads
  * with a warning and drops the read pages from the page cache again.
@@ -113,5 +115,11 @@ void moe_experts_drop(moe_expert_store *s);
 /* Parse "1536M", "2G", "4096", "75%" (of the model's total weight bytes
  * when model_bytes > 0).  0 or MOE_EINVAL naming the text. */
 int moe_experts_parse_size(const char *text, uint64_t model_bytes, uint64_t *out, moe_error *e);
+/* The smallest budget moe_experts_open accepts for m: the non-expert
+ * weights and one layer of experts. */
+uint64_t moe_experts_min_budget(const moe_model *m);
+/* A --mem-budget for m: "min" (moe_experts_min_budget), or a size as
+ * moe_experts_parse_size with percentages of m's weights.  0 or MOE_EINVAL. */
+int moe_experts_parse_budget(const char *text, const moe_model *m, uint64_t *out, moe_error *e);
 
 #endif

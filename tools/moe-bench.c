@@ -111,7 +111,8 @@ static void help(void)
 	       "      --mem-budget=LIST after 8 prompt tokens, -n single tokens (random ids, or\n"
 	       "                        the text of -f FILE) with the\n"
 	       "                        experts streamed under each budget (1536M, 2G, 50%%, ...;\n"
-	       "                        commas between; 'resident': no streaming): tokens/s,\n"
+	       "                        'min': one layer of experts; commas between;\n"
+	       "                        'resident': no streaming): tokens/s,\n"
 	       "                        expert hit rate, lookahead\n"
 	       "                        prediction accuracy, bytes read per token, I/O wait,\n"
 	       "                        experts computed under I/O, the disk's O_DIRECT\n"
@@ -885,7 +886,7 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 				       .n_threads = o->threads.v[0], .disk_bw = bw, .ids = ids,
 				       .n_ids = n_ids, .seed = o->seed};
 		moe_budget_row r;
-		if ((strcmp(tok, "resident") && moe_experts_parse_size(tok, all, &p.budget, &e) < 0) ||
+		if ((strcmp(tok, "resident") && moe_experts_parse_budget(tok, m, &p.budget, &e) < 0) ||
 		    moe_bench_budget(m, &p, &r, &e) < 0)
 			die_error(&e);
 		double pct = r.io_bound_tok_s > 0 ? 100.0 * r.tok_s / r.io_bound_tok_s : 0;

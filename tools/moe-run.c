@@ -1115,12 +1115,7 @@ static void open_model(const run_opts *o, run_model *m)
 		die("--verify-reads goes with --mem-budget");
 	if (o->mem_budget) {
 		moe_experts_params xp = {.verify_reads = o->verify_reads};
-		uint64_t all = moe_experts_fixed_bytes(m->model) + moe_experts_total_bytes(m->model);
-		if (!strcmp(o->mem_budget, "min"))
-			/* the smallest cache allowed: one layer of experts */
-			xp.budget = moe_experts_fixed_bytes(m->model) +
-				    m->model->hp.n_expert * moe_experts_slot_bytes(m->model);
-		else if (moe_experts_parse_size(o->mem_budget, all, &xp.budget, &e) < 0)
+		if (moe_experts_parse_budget(o->mem_budget, m->model, &xp.budget, &e) < 0)
 			die_error(&e);
 		if (moe_experts_open(&m->experts, m->model, &xp, &e) < 0)
 			die_error(&e);

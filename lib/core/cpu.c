@@ -2,9 +2,10 @@
  *
  * Features come from cpuid, and the AVX/AVX-512/AMX register states must
  * also be enabled by the OS (xgetbv XCR0), or using them would fault.  The
- * kernels ask moe_cpu_isa() once; MOE_ISA=generic|avx2|avx512|avx512bf16
- * lowers the choice, which is how tests exercise every path on one machine, and
- * MOE_CPU_DISABLE=feature,... hides features to simulate other CPUs. */
+ * kernels ask moe_cpu_isa() once; MOE_ISA=generic|avx2|avxvnni|avx512|
+ * avx512bf16 picks another level the CPU supports, which is how tests
+ * exercise every path on one machine, and MOE_CPU_DISABLE=feature,... hides
+ * features to simulate other CPUs. */
 #include "core.h"
 
 #include <stdlib.h>
@@ -81,7 +82,10 @@ static unsigned detect(void)
  * compiled for (kernels.mk, configure.ac's *_CFLAGS must agree) and the level
  * below it, whose kernels fill in the types it has none for.  A level is
  * usable only when the CPU has all of its features: a missing one would be a
- * SIGILL inside a kernel. */
+ * SIGILL inside a kernel.  Parents come before their children; among
+ * levels on different branches the one listed first is preferred (see
+ * moe_cpu_isa_for): avxvnni is a child of avx2, not of avx512, because
+ * many AVX-512 CPUs lack AVX-VNNI, and a CPU with both gets avx512. */
 static const moe_isa_info isa_table[] = {
 	[MOE_ISA_GENERIC] = {MOE_ISA_GENERIC, "generic", 0, -1},
 	[MOE_ISA_AVX2] = {MOE_ISA_AVX2, "avx2", MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C,
@@ -90,14 +94,34 @@ static const moe_isa_info isa_table[] = {
 			    MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C | MOE_CPU_AVX512F |
 				    MOE_CPU_AVX512BW | MOE_CPU_AVX512VL | MOE_CPU_AVX512VNNI,
 			    MOE_ISA_AVX2},
-	/* vdpbf16ps for BF16 weights (lib/kernels/avx512bf16.c); the rest
-	 * is avx512's. */
+	[MOE_ISA_AVXVNNI] = {MOE_ISA_AVXVNNI, "avxvnni",
+			     MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C | MOE_CPU_AVXVNNI,
+			     MOE_ISA_AVX2},
+	/* vdpbf16ps for BF16 weights (lib/kernels/avx512bf16.c); every other
+	 * type keeps avx512's kernels. */
 	[MOE_ISA_AVX512BF16] = {MOE_ISA_AVX512BF16, "avx512bf16",
 				MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C | MOE_CPU_AVX512F |
 					MOE_CPU_AVX512BW | MOE_CPU_AVX512VL |
 					MOE_CPU_AVX512VNNI | MOE_CPU_AVX512BF16,
 				MOE_ISA_AVX512},
 };
+
+#define N_LEVELS (int)(sizeof isa_table / sizeof isa_table[0])
+_Static_assert(N_LEVELS == MOE_ISA_COUNT, "a level table entry per moe_isa");
+
+static bool usable(int i, unsigned f)
+{
+	return (f & isa_table[i].features) == isa_table[i].features;
+}
+
+/* Whether level a is b or one of b's descendants. */
+static bool descends(int a, int b)
+{
+	for (; a >= 0; a = isa_table[a].parent)
+		if (a == b)
+			return true;
+	return false;
+}
 
 const moe_isa_info *moe_isa_info_get(moe_isa isa)
 {
@@ -150,32 +174,31 @@ unsigned moe_cpu_features(void)
 
 moe_isa moe_cpu_isa_for(unsigned f)
 {
-	for (int i = (int)(sizeof isa_table / sizeof isa_table[0]) - 1; i > 0; i--)
-		if ((f & isa_table[i].features) == isa_table[i].features)
-			return (moe_isa)i;
-	return MOE_ISA_GENERIC;
+	int best = MOE_ISA_GENERIC;
+	for (int i = 1; i < N_LEVELS; i++)
+		if (usable(i, f) && descends(i, best))
+			best = i;
+	return (moe_isa)best;
 }
 
 moe_isa moe_cpu_isa(void)
 {
 	if (cached_isa >= 0)
 		return (moe_isa)cached_isa;
-	moe_isa best = moe_cpu_isa_for(moe_cpu_features()), isa = best;
+	unsigned f = moe_cpu_features();
+	moe_isa best = moe_cpu_isa_for(f), isa = best;
 	const char *req = getenv("MOE_ISA");
 	if (req && *req) {
 		int want = -1;
-		for (size_t i = 0; i < sizeof isa_table / sizeof isa_table[0]; i++)
+		for (int i = 0; i < N_LEVELS; i++)
 			if (!strcasecmp(req, isa_table[i].name))
-				want = (int)i;
-		/* A level is supported when the CPU has all of its features
-		 * (not by its place in the table: levels form a tree). */
+				want = i;
 		if (want < 0)
 			moe_log(MOE_LOG_WARN,
-				"MOE_ISA=%s not recognised (generic, avx2, avx512, avx512bf16); "
-				"using %s",
+				"MOE_ISA=%s not recognised (generic, avx2, avxvnni, avx512, "
+				"avx512bf16); using %s",
 				req, moe_isa_name(best));
-		else if ((moe_cpu_features() & isa_table[want].features) !=
-			 isa_table[want].features)
+		else if (!usable(want, f))
 			moe_log(MOE_LOG_WARN, "MOE_ISA=%s not supported by this CPU; using %s", req,
 				moe_isa_name(best));
 		else

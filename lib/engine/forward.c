@@ -63,7 +63,7 @@ static void observe(moe_engine *eng, const moe_weight *w, int layer, int expert,
 		    int64_t n)
 {
 	if (eng->observe_fn)
-		eng->observe_fn(eng->observe_user, &(moe_matmul_obs){w, layer, expert, x, n});
+		eng->observe_fn(eng->observe_user, &(moe_matmul_obs){w, layer, expert, x, n, 0, 0});
 }
 
 /* Y[n x w->rows] (row stride ldy) = X[n x w->cols] W^T, over the pool. */

@@ -57,6 +57,7 @@ typedef struct {
 	bool direct, uring;
 	struct io_uring ring;
 	unsigned depth, inflight;
+	size_t fixed_slots;   /* slots per registered buffer (0: none registered) */
 	pthread_mutex_t mu;
 	int n_layer, n_expert;
 	uint64_t slot_bytes;
@@ -173,6 +174,21 @@ int moe_experts_parse_size(const char *text, uint64_t model_bytes, uint64_t *out
 		return moe_err(e, MOE_EINVAL, "size '%s' is too large", text);
 	*out = (uint64_t)b;
 	return 0;
+}
+
+uint64_t moe_experts_min_budget(const moe_model *m)
+{
+	return moe_experts_fixed_bytes(m) + (uint64_t)m->hp.n_expert * moe_experts_slot_bytes(m);
+}
+
+int moe_experts_parse_budget(const char *text, const moe_model *m, uint64_t *out, moe_error *e)
+{
+	if (!strcmp(text, "min")) {
+		*out = moe_experts_min_budget(m);
+		return 0;
+	}
+	return moe_experts_parse_size(text, moe_experts_fixed_bytes(m) + moe_experts_total_bytes(m),
+				      out, e);
 }
 
 /* ------------------------------------------------------------ I/O */
@@ -300,7 +316,12 @@ static void start_read(store *s, size_t i)
 		io_uring_submit(&s->ring);
 		reap_one(s, true);
 	}
-	io_uring_prep_read(sqe, s->fd, s->cache + i * s->slot_bytes, (unsigned)read_len(s, sp), sp->off);
+	uint8_t *buf = s->cache + i * s->slot_bytes;
+	if (s->fixed_slots)
+		io_uring_prep_read_fixed(sqe, s->fd, buf, (unsigned)read_len(s, sp), sp->off,
+					 (int)(i / s->fixed_slots));
+	else
+		io_uring_prep_read(sqe, s->fd, buf, (unsigned)read_len(s, sp), sp->off);
 	io_uring_sqe_set_data64(sqe, i);
 	s->inflight++;
 }
@@ -894,6 +915,47 @@ static int load_all(store *s, moe_error *e)
 
 /* ------------------------------------------------------------ open/close */
 
+/* Fault the whole cache in now (zeroed, as huge pages where the kernel gives
+ * them) rather than on each slot's first read: that read would otherwise
+ * zero the slot's memory in the submitting (computing) thread, about a
+ * millisecond per expert of a few MiB, during the run.  The budget is the
+ * cache's size whether it is touched early or late. */
+static void populate(uint8_t *p, size_t bytes)
+{
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0)
+		return;
+#endif
+	for (size_t o = 0; o < bytes; o += 4096)
+		((volatile uint8_t *)p)[o] = 0;
+}
+
+/* Register the cache with io_uring as fixed buffers (whole slots, at most
+ * 1 GiB each: the kernel's limit per buffer) so that a read does not pin
+ * and unpin the slot's pages itself.  Registration locks the pages; where
+ * RLIMIT_MEMLOCK refuses it, reads pin per read as before. */
+static void register_cache(store *s)
+{
+	size_t per = (size_t)((1ull << 30) / s->slot_bytes);
+	if (!per)
+		return;
+	size_t nb = (s->n_slots + per - 1) / per;
+	struct iovec *iov = calloc(nb, sizeof *iov);
+	if (!iov)
+		return;
+	for (size_t b = 0; b < nb; b++) {
+		size_t first = b * per, n = s->n_slots - first < per ? s->n_slots - first : per;
+		iov[b] = (struct iovec){s->cache + first * s->slot_bytes, n * s->slot_bytes};
+	}
+	int r = io_uring_register_buffers(&s->ring, iov, (unsigned)nb);
+	free(iov);
+	if (r < 0)
+		moe_log(MOE_LOG_DEBUG, "io_uring cannot register the expert cache (%s): reads pin pages each time",
+			strerror(-r));
+	else
+		s->fixed_slots = per;
+}
+
 void moe_experts_close(moe_expert_store *pub)
 {
 	store *s = (store *)pub;
@@ -1015,7 +1077,7 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	s->slot_bytes = moe_experts_slot_bytes(m);
 	s->st.fixed_bytes = moe_experts_fixed_bytes(m);
 	s->st.expert_bytes = moe_experts_total_bytes(m);
-	uint64_t need = s->st.fixed_bytes + (uint64_t)s->n_expert * s->slot_bytes;
+	uint64_t need = moe_experts_min_budget(m);
 	if (p->budget < need) {
 		rc = moe_err(e, MOE_EINVAL,
 			     "memory budget %.1f MiB is below the minimum of %.1f MiB for %s "
@@ -1038,6 +1100,7 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 #ifdef MADV_HUGEPAGE
 	madvise(s->cache, s->cache_bytes, MADV_HUGEPAGE);
 #endif
+	populate(s->cache, s->cache_bytes);
 	s->slots = calloc(s->n_slots, sizeof *s->slots);
 	if (!s->slots) {
 		rc = moe_err(e, MOE_ENOMEM, "out of memory");
@@ -1085,6 +1148,8 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 		else
 			s->uring = true;
 	}
+	if (s->uring)
+		register_cache(s);
 	s->st.direct = s->direct;
 	s->st.uring = s->uring;
 	s->st.slots = s->n_slots;

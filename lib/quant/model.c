@@ -31,6 +31,7 @@ typedef struct qjob qjob;
 typedef struct tctx {
 	qjob *g;
 	size_t i;
+	moe_repack_fill repack; /* o->repack: wraps fill (layout R4) */
 } tctx;
 
 struct qjob {
@@ -44,7 +45,8 @@ struct qjob {
 	size_t cur;
 	uint64_t rows, rows_done, in_row, out_row, in_done;
 	int64_t ncols;
-	const float *w;
+	const float *w;       /* importances, or NULL */
+	uint64_t w_rows;      /* > 0: w holds one set per w_rows rows (a stack of matrices) */
 	uint8_t *inbuf, *fifo;
 	float *fbuf;
 	size_t fifo_len, fifo_cap, batch_rows;
@@ -101,6 +103,14 @@ int moe_quant_assign(const moe_uth *u, const moe_quant_opts *o, int *types, moe_
 	}
 	for (size_t i = 0; i < u->n_tensors; i++) {
 		const moe_uth_tensor *t = &u->tensors[i];
+		/* The quantisers read plain rows. */
+		if (t->layout != MOE_UTH_LAYOUT_PLAIN) {
+			rc = moe_err(e, MOE_EUNSUPPORTED, "%s: tensor '%s' is repacked (layout %s): "
+				     "moe-quant reads plain layouts; convert or quantise from "
+				     "the original without --repack", u->path, t->name,
+				     moe_repack_layout_name(t->layout));
+			goto out;
+		}
 		int ty = moe_quant_recipe_type(&o->recipe, t, nl, ne);
 		bool matrix = ty >= 0;
 		/* the expert plan sets the routed experts' matrices */
@@ -215,11 +225,17 @@ static int start_tensor(qjob *g, size_t i, moe_error *e)
 	g->in_done = 0;
 	g->fifo_len = 0;
 	g->w = NULL;
+	g->w_rows = 0;
 	if (to != t->dtype && g->o->imatrix) {
 		const char *role = moe_uth_role_name(t->role);
 		g->w = moe_imatrix_for(g->o->imatrix, t->name,
 				       t->layer == MOE_UTH_NONE ? -1 : t->layer,
 				       t->expert == MOE_UTH_NONE ? -1 : t->expert, role, g->ncols);
+		/* a 3-D tensor used matrix by matrix (deepseek2's per-head attn_k_b
+		 * / attn_v_b): one set of importances per matrix of ne[1] rows */
+		if (!g->w && t->ne[2] > 1 && t->ne[3] <= 1 &&
+		    (g->w = moe_imatrix_get(g->o->imatrix, t->name, g->ncols * t->ne[2], NULL)))
+			g->w_rows = t->ne[1];
 	}
 	size_t br = BATCH_BYTES / (sizeof(float) * (size_t)g->ncols);
 	g->batch_rows = br ? br : 1;
@@ -259,6 +275,12 @@ static int produce(qjob *g, moe_error *e)
 	uint64_t nr = g->rows - g->rows_done;
 	if (nr > g->batch_rows)
 		nr = g->batch_rows;
+	const float *w = g->w;
+	if (g->w_rows) { /* a batch within one matrix, with its importances */
+		uint64_t k = g->rows_done / g->w_rows, left = (k + 1) * g->w_rows - g->rows_done;
+		nr = nr < left ? nr : left;
+		w += k * (uint64_t)g->ncols;
+	}
 	MOE_TRY(moe_uth_stream_read(g->s, g->cur, g->inbuf, (size_t)(nr * g->in_row), e));
 	moe_type_get(t->dtype)->to_float(g->inbuf, g->fbuf, (int64_t)nr * g->ncols);
 	for (uint64_t k = 0; k < nr * (uint64_t)g->ncols; k++)
@@ -266,7 +288,7 @@ static int produce(qjob *g, moe_error *e)
 			return moe_err(e, MOE_EFORMAT, "%s: tensor '%s': row %llu holds a NaN or "
 				       "infinity", g->u->path, t->name,
 				       (unsigned long long)(g->rows_done + k / (uint64_t)g->ncols));
-	MOE_TRY(moe_quant_rows(to, g->fbuf, g->fifo + g->fifo_len, (int64_t)nr, g->ncols, g->w,
+	MOE_TRY(moe_quant_rows(to, g->fbuf, g->fifo + g->fifo_len, (int64_t)nr, g->ncols, w,
 			       g->pool, e));
 	g->rows_done += nr;
 	g->fifo_len += (size_t)(nr * g->out_row);
@@ -373,7 +395,17 @@ int moe_quant_model(const moe_quant_opts *o, moe_quant_result *res, moe_error *e
 		d.dtype = (uint16_t)types[i];
 		g.ctx[i].g = &g;
 		g.ctx[i].i = i;
-		if ((rc = moe_uth_writer_add(w, &d, fill, &g.ctx[i], e)) < 0)
+		/* --repack: rows regrouped as fill produces them. */
+		if (o->repack && moe_repack_eligible(d.dtype, d.n_dims, d.ne, d.role)) {
+			d.layout = MOE_UTH_LAYOUT_R4;
+			g.ctx[i].repack = (moe_repack_fill){.inner = fill, .inner_ctx = &g.ctx[i],
+							    .layout = MOE_UTH_LAYOUT_R4,
+							    .dtype = d.dtype, .cols = d.ne[0]};
+			rc = moe_uth_writer_add(w, &d, moe_repack_fill_fn, &g.ctx[i].repack, e);
+		} else {
+			rc = moe_uth_writer_add(w, &d, fill, &g.ctx[i], e);
+		}
+		if (rc < 0)
 			goto done;
 		const moe_uth_tensor *wt = moe_uth_writer_tensor(w, i);
 		g.total_bytes += wt->size;
@@ -420,6 +452,8 @@ done:
 	free(g.inbuf);
 	free(g.fbuf);
 	free(g.fifo);
+	for (size_t i = 0; g.ctx && i < n; i++)
+		moe_repack_fill_free(&g.ctx[i].repack);
 	free(g.ctx);
 	free(types);
 	free(meta);

@@ -103,7 +103,15 @@ static int open_at(moe_registry **out, const char *store, bool readonly, moe_err
 	}
 	if (!readonly && (rc = moe_mkdir_p(models, e)) < 0)
 		goto fail;
-	int flags = (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+	/* A reader still opens read-write when it may: a writer killed in the
+	 * middle of a transaction leaves a hot journal (or a WAL needing
+	 * recovery) that only a connection with write access can roll back;
+	 * a read-only connection fails with "attempt to write a readonly
+	 * database".  Nothing is written by us on that connection; SQLite only
+	 * undoes the dead writer's half-done transaction. */
+	bool writable = access(r->path, W_OK) == 0 && access(store, W_OK) == 0;
+	int flags = (!readonly ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+			       : writable ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY) |
 		    SQLITE_OPEN_NOMUTEX;
 	int src = sqlite3_open_v2(r->path, &r->db, flags, NULL);
 	if (src != SQLITE_OK) {

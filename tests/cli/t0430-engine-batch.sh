@@ -2,7 +2,7 @@
 # tests/cli/t0430-engine-batch.sh — batch invariance of the engine: for
 # every architecture (F32) and mixtral / olmoe at F16, BF16, Q8_0, Q4_0,
 # Q4_K and the Q4_K_M mix (and the deepseek2 forms: latent cache rows), on every kernel set (default, MOE_ISA=avx2,
-# MOE_ISA=generic), tests/unit/engine-batch checks that a sequence's logits
+# MOE_ISA=generic, and MOE_ISA=avxvnni on a CPU with AVX-VNNI), tests/unit/engine-batch checks that a sequence's logits
 # and greedy ids are bit-identical alone and among 16 other sequences, with
 # other batch sizes, thread counts and prompt chunkings; that a sequence
 # sharing its prompt's blocks from the pool gets the same logits; that
@@ -14,6 +14,8 @@ CONV="$BIN/moe-convert"
 GEN="$top_srcdir/scripts/gen-model"
 [ -x "$HELPER" ] || skip_all "tests/unit/engine-batch not built (make check builds it)"
 
+isas="default avx2 generic"
+grep -qw avx_vnni /proc/cpuinfo 2>/dev/null && isas="$isas avxvnni"
 seed=40
 for spec in "llama f32 tiny" "mixtral f32 tiny" "qwen2 f32 tiny" "qwen2moe f32 tiny" \
 	    "qwen3 f32 tiny" "qwen3moe f32 tiny" "olmoe f32 tiny" \
@@ -32,9 +34,9 @@ for spec in "llama f32 tiny" "mixtral f32 tiny" "qwen2 f32 tiny" "qwen2moe f32 t
 	fi
 	# BF16 is the one type whose avx512 kernels differ from the default
 	# level's on a CPU with avx512bf16 (vdpbf16ps): run both
-	isas="default avx2 generic"
-	[ "$2" = bf16 ] && isas="$isas avx512"
-	for isa in $isas; do
+	these=$isas
+	[ "$2" = bf16 ] && these="$these avx512"
+	for isa in $these; do
 		if [ $isa = default ]; then
 			"$HELPER" "$T/$name.uth" "$name" >"$T/out" 2>&1
 		else

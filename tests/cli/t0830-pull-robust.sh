@@ -52,6 +52,33 @@ check "invariants hold" -- invariants
 ok $? "work files of killed pulls were cleaned up"
 stop_hubs
 
+# ---- a writer killed inside a transaction leaves a hot rollback journal
+# (as a kill during the database's creation does, before it is in WAL
+# mode); a reader (list) must roll it back, not fail with "attempt to write
+# a readonly database".  Python's sqlite3 makes the journal: a transaction
+# big enough to spill to the file, copied with its journal while still open.
+mkdir -p "$T/hot/models"
+$PYTHON3 - "$MOE_STORE/registry.db" "$T/hot/registry.db" <<'EOF'
+import shutil, sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA journal_mode=DELETE")
+c.execute("PRAGMA cache_size=1")
+c.execute("BEGIN")
+c.execute("CREATE TABLE junk(x)")
+for i in range(2000):
+    c.execute("INSERT INTO junk VALUES (?)", ("x" * 1000,))
+shutil.copy(sys.argv[1], sys.argv[2])
+shutil.copy(sys.argv[1] + "-journal", sys.argv[2] + "-journal")
+c.execute("ROLLBACK")
+c.execute("PRAGMA journal_mode=WAL")
+EOF
+MOE_STORE="$T/hot" "$PULL" list > "$T/hot.list" 2> "$T/hot.err"
+is "$?" 0 "list after a writer died mid-transaction ($(msg "$T/hot.err"))"
+grep -q "^final[: ]" "$T/hot.list"
+ok $? "the half-done transaction was rolled back and the model is listed"
+[ ! -e "$T/hot/registry.db-journal" ]
+ok $? "the hot journal is gone"
+
 # ---- full disk and read-only store
 if [ "$(id -u)" -eq 0 ]; then US="unshare -m"; else US="unshare -rm"; fi
 if ! $US sh -c 'mkdir -p "$1" && mount -t tmpfs -o size=64k tmpfs "$1"' sh "$T/probe" 2>/dev/null; then

@@ -86,6 +86,14 @@ ok $? "moe-bench --mem-budget 90% --no-overlap"
 $PYTHON3 -c 'import json, sys; r = json.load(open(sys.argv[1]))[0]
 assert r["overlap"] == 0 and r["bytes_read_per_token"] > 0, r' "$T/b.json"
 ok $? "... reads experts and computes none of them under I/O (overlap 0)"
+# min: the smallest cache, one slot per expert of a layer (as moe-run's min)
+"$BIN/moe-bench" -m "$M" --mem-budget min -n 4 -o json > "$T/b.json" 2>"$T/err"
+ok $? "moe-bench --mem-budget min"
+NX=$($PYTHON3 -c 'import sys; sys.path.insert(0, sys.argv[1]); from moegen.arch import SHAPES
+print(SHAPES["tiny"]["n_expert"])' "$top_srcdir/scripts")  # the generator's shape of $M
+$PYTHON3 -c 'import json, sys; r = json.load(open(sys.argv[1]))[0]
+assert r["slots"] == int(sys.argv[2]) and r["tok_s"] > 0, (r["slots"], sys.argv[2])' "$T/b.json" "$NX"
+ok $? "... runs with one slot per expert of a layer ($NX)"
 "$BIN/moe-bench" -m "$M" --mem-budget 1K -n 4 2>"$T/err" >/dev/null; is $? 1 "moe-bench: budget too small: failure"
 "$BIN/moe-bench" -m "$M" --mem-budget 90% --policy mru 2>/dev/null >/dev/null; is $? 2 "--policy mru: usage error"
 # moe-bench --plan: predictions for a few budgets and a recommendation

@@ -9,7 +9,7 @@
  * Each figure is the median of --reps runs.
  *
  *   bench-kernels [-t THREADS] [-r REPS] [-m ROWSxCOLS] [-n PREFILL_TOKENS]
- *                 [-i generic|avx2|avx512|all] [-H] [-b] [TYPE...]
+ *                 [-i generic|avx2|avxvnni|avx512|all] [-H] [-b] [TYPE...]
  * -H: decode from one cache-resident copy (kernel speed without memory).
  * -b: report the fastest run instead of the median.
  */
@@ -99,8 +99,10 @@ int main(int argc, char **argv)
 			cols = b;
 		} else if (!strcmp(argv[i], "-i") && i + 1 < argc) {
 			const char *s = argv[++i];
-			isa_sel = !strcasecmp(s, "generic") ? 0 : !strcasecmp(s, "avx2") ? 1
-				  : !strcasecmp(s, "avx512") ? 2 : -1;
+			isa_sel = -1;
+			for (int l = 0; l < MOE_ISA_COUNT; l++)
+				if (!strcasecmp(s, moe_isa_name((moe_isa)l)))
+					isa_sel = l;
 		} else {
 			int t = moe_type_from_name(argv[i]);
 			if (t < 0) {
@@ -165,7 +167,7 @@ int main(int argc, char **argv)
 		size_t sb = moe_matmul_scratch(dt, cols, n_prefill);
 		void *scratch = malloc(sb ? sb : 1);
 
-		for (int isa = 0; isa < 3; isa++) {
+		for (int isa = 0; isa < MOE_ISA_COUNT; isa++) {
 			const moe_kernels *k = moe_kernels_for((moe_isa)isa);
 			if (!k || (isa_sel >= 0 && isa != isa_sel))
 				continue;

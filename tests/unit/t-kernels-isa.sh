@@ -2,7 +2,8 @@
 # t-kernels-isa.sh — the kernel tests with each ISA level forced (MOE_ISA)
 # and with CPU features hidden (MOE_CPU_DISABLE), as on CPUs this machine is
 # not: a level is chosen only when every feature its kernel file is compiled
-# for is present.  Levels above this CPU's are skipped.
+# for is present, and AVX-VNNI (a branch of its own under AVX2) only when
+# AVX-512 is not usable.  Levels this CPU lacks are skipped.
 : "${top_builddir:=.}"
 t="$top_builddir/tests/unit/t-kernels"
 n=0
@@ -21,27 +22,43 @@ run() { # name expect env...
 		fail=1
 	fi
 }
-best=$(MOE_ISA= "$t" | sed -n 's/^# tables:.* \([a-z0-9]*\)$/\1/p')
-echo "1..7"
-case $best in avx2 | avx512*) has_avx2=1 ;; *) has_avx2= ;; esac
+skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
+# The levels whose tables were built on this CPU.
+levels=$(MOE_ISA= "$t" | sed -n 's/^# tables://p')
+has() { case " $levels " in *" $1 "*) return 0 ;; esac; return 1; }
+echo "1..10"
 run "MOE_ISA=generic" generic MOE_ISA=generic
-if [ -n "$has_avx2" ]; then
+if has avx2; then
 	run "MOE_ISA=avx2" avx2 MOE_ISA=avx2
-	run "avx512 CPU without VNNI gets avx2" avx2 MOE_CPU_DISABLE=avx512vnni
+	run "avx512 CPU without VNNI and AVX-VNNI gets avx2" avx2 \
+		MOE_CPU_DISABLE=avx512vnni,avxvnni
 else
-	echo "ok 2 # SKIP no avx2"; echo "ok 3 # SKIP no avx2"; n=3
+	skip "no avx2"; skip "no avx2"
 fi
-case $best in
-avx512*) run "MOE_ISA=avx512" avx512 MOE_ISA=avx512 ;;
-*) n=$((n + 1)); echo "ok $n # SKIP no avx512" ;;
-esac
-if [ "$best" = avx512bf16 ]; then
+if has avx512; then
+	run "MOE_ISA=avx512" avx512 MOE_ISA=avx512
+else
+	skip "no avx512"
+fi
+if has avxvnni; then
+	run "MOE_ISA=avxvnni" avxvnni MOE_ISA=avxvnni
+	run "without AVX-512 (or its VNNI), AVX-VNNI gets avxvnni" avxvnni \
+		MOE_CPU_DISABLE=avx512vnni
+	if has avx512; then
+		run "with AVX-512 and AVX-VNNI (no AVX512-BF16) the default is avx512" avx512 \
+			MOE_CPU_DISABLE=avx512bf16
+	else
+		skip "no avx512"
+	fi
+else
+	skip "no avx-vnni"; skip "no avx-vnni"; skip "no avx-vnni"
+fi
+if has avx512bf16; then
 	run "MOE_ISA=avx512bf16" avx512bf16 MOE_ISA=avx512bf16
 	run "avx512bf16 CPU without it (MOE_CPU_DISABLE) gets avx512" avx512 \
 		MOE_CPU_DISABLE=avx512bf16
 else
-	n=$((n + 1)); echo "ok $n # SKIP no avx512bf16"
-	n=$((n + 1)); echo "ok $n # SKIP no avx512bf16"
+	skip "no avx512bf16"; skip "no avx512bf16"
 fi
 run "no f16c: generic" generic MOE_CPU_DISABLE=f16c,avx512bw
 exit $fail

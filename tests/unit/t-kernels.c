@@ -399,6 +399,49 @@ static void test_gemm(void)
 	}
 }
 
+/* The avxvnni level is the avx2 kernel body with vpdpbusd for its dot
+ * product step, which never differs from vpmaddubsw + vpmaddwd where the
+ * latter cannot saturate: every type's products (decode and tiles) must be
+ * the avx2 level's bits. */
+static void test_avxvnni_same(void)
+{
+	const moe_kernels *a2 = moe_kernels_for(MOE_ISA_AVX2), *vn = moe_kernels_for(MOE_ISA_AVXVNNI);
+	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
+	if (!a2 || !vn)
+		return;
+	const int nr = 9, nt = 7;
+	for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+		const int dt = weight_types[ti], at = moe_type_get(dt)->vec_dot_type;
+		const int64_t bs = moe_type_get(dt)->block_size, n = 9 * (bs > 1 ? bs : 32);
+		const size_t wb = nbytes(dt, n), xb = nbytes(at, n);
+		uint8_t *w = malloc(wb * nr), *xq = malloc(xb * nt);
+		float *x = malloc(sizeof(float) * (size_t)n), s[2][9 * 7], d[2][9 * 7];
+		for (int r = 0; r < nr; r++)
+			make_weights(dt, w + r * wb, n, r & 1);
+		for (int t = 0; t < nt; t++) {
+			make_floats(x, n, t == 2);
+			void *q = make_act(gen, dt, x, n);
+			memcpy(xq + t * xb, q, xb);
+			free(q);
+		}
+		const moe_kernels *k2[2] = {a2, vn};
+		for (int j = 0; j < 2; j++) {
+			if (k2[j]->gemm[dt])
+				k2[j]->gemm[dt](n, nr, nt, w, wb, xq, xb, s[j], nr);
+			for (int t = 0; t < nt; t++)
+				for (int r = 0; r < nr; r++)
+					k2[j]->vec_dot[dt](n, &d[j][t * nr + r], w + r * wb, xq + t * xb);
+		}
+		bool same = !memcmp(d[0], d[1], sizeof d[0]) &&
+			    (!a2->gemm[dt] || !memcmp(s[0], s[1], sizeof s[0]));
+		ok(same && !a2->gemm[dt] == !vn->gemm[dt], "%s: avxvnni gives avx2's bits",
+		   moe_type_name(dt));
+		free(w);
+		free(xq);
+		free(x);
+	}
+}
+
 /* ---------------------------------------------------------------- quantisers */
 
 typedef struct {
@@ -683,7 +726,8 @@ static void test_invariance(void)
 /* The level table: parents below their children with a subset of their
  * features, and a CPU lacking any feature a level's file is compiled for
  * never gets that level (the AVX-512 kernels use VNNI: a CPU with AVX-512
- * and no VNNI gets AVX2). */
+ * and no VNNI gets AVX2; AVX-VNNI is a branch of its own under AVX2, and a
+ * CPU with both AVX-512 and AVX-VNNI gets AVX-512). */
 static void test_isa_table(void)
 {
 	const unsigned a512 = moe_isa_info_get(MOE_ISA_AVX512)->features;
@@ -699,6 +743,8 @@ static void test_isa_table(void)
 	ok(sane && !moe_isa_info_get(MOE_ISA_COUNT), "level table: parents below, features nested");
 	const unsigned abf = moe_isa_info_get(MOE_ISA_AVX512BF16)->features;
 	is_int(moe_cpu_isa_for(abf), MOE_ISA_AVX512BF16, "avx512 and avx512bf16: avx512bf16");
+	is_int(moe_cpu_isa_for(abf | MOE_CPU_AVXVNNI), MOE_ISA_AVX512BF16,
+	       "avx512, avx512bf16 and avx-vnni: avx512bf16");
 	is_int(moe_cpu_isa_for(a512), MOE_ISA_AVX512, "all avx512 features: avx512");
 	is_int(moe_cpu_isa_for(abf & ~MOE_CPU_AVX512VNNI), MOE_ISA_AVX2,
 	       "avx512bf16 without vnni: avx2");
@@ -706,6 +752,13 @@ static void test_isa_table(void)
 	       "avx512 without vnni: avx2");
 	is_int(moe_cpu_isa_for(a512 & ~MOE_CPU_AVX512BW), MOE_ISA_AVX2, "avx512 without bw: avx2");
 	is_int(moe_cpu_isa_for(a2 & ~MOE_CPU_F16C), MOE_ISA_GENERIC, "avx2 without f16c: generic");
+	is_int(moe_cpu_isa_for(a2 | MOE_CPU_AVXVNNI), MOE_ISA_AVXVNNI, "avx2 and avx-vnni: avxvnni");
+	is_int(moe_cpu_isa_for(a512 | MOE_CPU_AVXVNNI), MOE_ISA_AVX512,
+	       "avx512 and avx-vnni: avx512");
+	is_int(moe_cpu_isa_for((a512 & ~MOE_CPU_AVX512VNNI) | MOE_CPU_AVXVNNI), MOE_ISA_AVXVNNI,
+	       "avx512 without its vnni, with avx-vnni: avxvnni");
+	is_int(moe_cpu_isa_for((a2 & ~MOE_CPU_FMA) | MOE_CPU_AVXVNNI), MOE_ISA_GENERIC,
+	       "avx-vnni without fma: generic");
 	is_int(moe_cpu_isa_for(0), MOE_ISA_GENERIC, "no features: generic");
 	is_int(moe_cpu_feature_parse("avx512bf16, avx512vnni,bogus"),
 	       MOE_CPU_AVX512BF16 | MOE_CPU_AVX512VNNI, "feature list parsed");
@@ -995,6 +1048,7 @@ int main(void)
 	test_golden();
 	test_vec_dot();
 	test_gemm();
+	test_avxvnni_same();
 	test_quantizers();
 	test_to_float();
 	test_matmul();

@@ -1,0 +1,1440 @@
+/* kernels/avx2_body.h — AVX2 + FMA + F16C dot products for every weight type
+ * (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, MXFP4, Q2_K .. Q6_K,
+ * IQ4_XS), the Q8_0 and Q8_K activation quantisers and the F16/BF16 row
+ * decoders: one body compiled twice, by avx2.c and by avxvnni.c (with
+ * MOE_AVXVNNI defined, where the 8-bit dot product step is vpdpbusd).
+ *
+ * Compiled with $(AVX2_CFLAGS) (or $(AVXVNNI_CFLAGS)); kernels.c calls the
+ * fill function only on a CPU that has these instructions.  Dot products
+ * for every type, and for every type a tiled GEMM that gives the same bits
+ * as the dot products (the reduction orders are described with each): for
+ * the quantised types rows in the lanes, the weights unpacked once for many
+ * tokens; for the float types one row by three tokens.
+ *
+ * Without VNNI the 8-bit products use vpmaddubsw (u8 x s8 -> pairs summed to
+ * s16, saturating) then vpmaddwd (s16 x s16 -> pairs summed to s32).  The
+ * first operand must be unsigned and the pair sums must stay below 2^15:
+ * 4/5/6-bit codes are unsigned (pair sums at most 2 * 63 * 127), and Q8_0
+ * weights go in as |w| with the sign moved onto the activation (at most
+ * 2 * 128 * 127).  AVX-VNNI's vpdpbusd adds the four u8 x s8 products of a
+ * lane to a 32-bit accumulator in one instruction, with no 16-bit step;
+ * since the AVX2 form never saturates, both give the same integers, so the
+ * two levels give the same bits.  The K-quant and IQ4_XS tiles, which sum
+ * several 16-bit steps before applying a group scale with vpmaddwd, keep
+ * that form on both.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kernels_int.h"
+
+#define INLINE static inline __attribute__((always_inline))
+#define MOE_UNROLL2 _Pragma("GCC unroll 8")
+
+INLINE uint16_t ld16(const uint8_t *p)
+{
+	uint16_t v;
+	memcpy(&v, p, 2);
+	return v;
+}
+
+INLINE float h2f(const uint8_t *p)
+{
+	return _cvtsh_ss(ld16(p));
+}
+
+INLINE float hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+INLINE int hsum8i(__m256i v)
+{
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+	return _mm_cvtsi128_si32(s);
+}
+
+/* acc + the sums of u8 x s8 products, four per 32-bit lane (the pair sums
+ * of u x s must fit 16 bits; see above). */
+#ifdef MOE_AVXVNNI
+#define MOE_FILL_FN moe_kernels_fill_avxvnni
+INLINE __m256i dot_u8s8_acc(__m256i acc, __m256i u, __m256i s)
+{
+	return _mm256_dpbusd_avx_epi32(acc, u, s);
+}
+#else
+#define MOE_FILL_FN moe_kernels_fill_avx2
+INLINE __m256i dot_u8s8_acc(__m256i acc, __m256i u, __m256i s)
+{
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+						       _mm256_set1_epi16(1)));
+}
+#endif
+
+/* Sum of u8 x s8 products, four per 32-bit lane. */
+INLINE __m256i dot_u8s8(__m256i u, __m256i s)
+{
+	return dot_u8s8_acc(_mm256_setzero_si256(), u, s);
+}
+
+/* ---------------------------------------------------------- float weights */
+
+/* kind 0 F32, 1 F16, 2 BF16: eight weights as floats. */
+INLINE __m256 load_w8(const int kind, const uint8_t *p)
+{
+	if (kind == 0)
+		return _mm256_loadu_ps((const float *)p);
+	__m128i h = _mm_loadu_si128((const void *)p);
+	if (kind == 1)
+		return _mm256_cvtph_ps(h);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+INLINE float load_w1(const int kind, const uint8_t *p)
+{
+	if (kind == 0) {
+		float v;
+		memcpy(&v, p, 4);
+		return v;
+	}
+	return kind == 1 ? moe_f16_to_f32(ld16(p)) : moe_bf16_to_f32(ld16(p));
+}
+
+INLINE void float_dot(const int kind, int64_t n, float *s, const uint8_t *w, const float *x)
+{
+	const int esz = kind == 0 ? 4 : 2;
+	__m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+			 _mm256_setzero_ps()};
+	int64_t i = 0;
+	for (; i + 32 <= n; i += 32)
+		for (int j = 0; j < 4; j++)
+			acc[j] = _mm256_fmadd_ps(load_w8(kind, w + (i + 8 * j) * esz),
+						 _mm256_loadu_ps(x + i + 8 * j), acc[j]);
+	for (; i + 8 <= n; i += 8)
+		acc[0] = _mm256_fmadd_ps(load_w8(kind, w + i * esz), _mm256_loadu_ps(x + i),
+					 acc[0]);
+	float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]),
+					_mm256_add_ps(acc[2], acc[3])));
+	for (; i < n; i++)
+		sum += load_w1(kind, w + i * esz) * x[i];
+	*s = sum;
+}
+
+static void vec_dot_f32(int64_t n, float *s, const void *w, const void *x)
+{
+	float_dot(0, n, s, w, x);
+}
+
+static void vec_dot_f16(int64_t n, float *s, const void *w, const void *x)
+{
+	float_dot(1, n, s, w, x);
+}
+
+static void vec_dot_bf16(int64_t n, float *s, const void *w, const void *x)
+{
+	float_dot(2, n, s, w, x);
+}
+
+/* ------------------------------------------------------------ Q8_0, Q4_0 */
+
+/* sum w_j x_j per 32-bit lane for signed w (|w| <= 127): |w| unsigned and
+ * the sign moved onto x keep the pairs within 16 bits. */
+INLINE __m256i dot_s8(__m256i w, __m256i x)
+{
+	return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+/* Nibbles of a Q4_0/IQ4_NL-style block in element order: lo 0-15, hi 16-31. */
+INLINE __m256i nibbles32(const uint8_t *qs)
+{
+	__m128i v = _mm_loadu_si128((const void *)qs);
+	__m256i z = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+	return _mm256_and_si256(z, _mm256_set1_epi8(0x0F));
+}
+
+/* Q8_0, Q4_0, Q5_0, IQ4_NL: the reduction order (batch invariance).  Each block b
+ * gives an exact integer S_b = sum w_j x_j; every output keeps 8 float
+ * partial sums, lane j taking the blocks b with b % 8 == j in order,
+ *     P_j = fma(S_b, dw_b * dx_b, P_j),
+ * and the result is hsum8 of them.  The dot products here get S_b for 8
+ * blocks at once with horizontal adds; the tiled GEMM below keeps the 8
+ * partials of each output in memory. */
+
+/* Lane j: the sum of the lanes of p[j]. */
+INLINE __m256i sum8_blocks(const __m256i p[8])
+{
+	__m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+	__m256i h2 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+	return _mm256_add_epi32(_mm256_permute2x128_si256(h1, h2, 0x20),
+				_mm256_permute2x128_si256(h1, h2, 0x31));
+}
+
+/* The f16 scales at offset 0 of nv (<= 8) blocks of bs bytes from p; the
+ * other lanes zero. */
+INLINE __m256 scales8(const uint8_t *p, size_t bs, int nv)
+{
+	if (nv == 8) {
+		const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+						       _mm256_set1_epi32((int)bs));
+		__m256i g = _mm256_i32gather_epi32((const int *)p, idx, 1);
+		g = _mm256_and_si256(g, _mm256_set1_epi32(0xFFFF));
+		__m128i h = _mm_packus_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
+		return _mm256_cvtph_ps(h);
+	}
+	uint16_t h[8] = {0};
+	for (int j = 0; j < nv; j++)
+		h[j] = ld16(p + j * bs);
+	return _mm256_cvtph_ps(_mm_loadu_si128((const void *)h));
+}
+
+/* The fifth bits of a Q5_0/Q5_1 block (bit j of qh: element j) as 0x10 in
+ * each byte whose bit is set. */
+INLINE __m256i q5_high(const uint8_t *qh)
+{
+	uint32_t h;
+	memcpy(&h, qh, 4);
+	const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+					     2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+	__m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), idx);
+	b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+	return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
+}
+
+INLINE __m256i book32(const int8_t *tab, const uint8_t *qs)
+{
+	return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const void *)tab)),
+				   nibbles32(qs));
+}
+
+/* The 32-element types that share the dot product and GEMM below. */
+enum { X_Q8_0, X_Q4_0, X_Q5_0, X_IQ4_NL };
+
+INLINE size_t b32x_bsize(const int kind)
+{
+	switch (kind) {
+	case X_Q4_0: return sizeof(moe_block_q4_0);
+	case X_Q5_0: return sizeof(moe_block_q5_0);
+	case X_IQ4_NL: return sizeof(moe_block_iq4_nl);
+	default: return sizeof(moe_block_q8_0);
+	}
+}
+
+/* The signed values of a block in element order: Q8_0's codes, Q4_0's
+ * q - 8, Q5_0's q - 16, the code books' entries. */
+INLINE __m256i b32x_values(const int kind, const uint8_t *b)
+{
+	switch (kind) {
+	case X_Q4_0:
+		return _mm256_sub_epi8(nibbles32(b + offsetof(moe_block_q4_0, qs)),
+				       _mm256_set1_epi8(8));
+	case X_Q5_0: {
+		const moe_block_q5_0 *q = (const void *)b;
+		return _mm256_sub_epi8(_mm256_or_si256(nibbles32(q->qs), q5_high(q->qh)),
+				       _mm256_set1_epi8(16));
+	}
+	case X_IQ4_NL:
+		return book32(moe_kvalues_iq4nl, b + offsetof(moe_block_iq4_nl, qs));
+	default:
+		return _mm256_loadu_si256((const void *)(b + offsetof(moe_block_q8_0, qs)));
+	}
+}
+
+INLINE void b32x_dot(const int kind, int64_t n, float *s, const void *w, const void *x)
+{
+	const size_t bs = b32x_bsize(kind);
+	const uint8_t *pw = w, *px = x;
+	const int64_t nb = n / MOE_QK;
+	__m256 P = _mm256_setzero_ps();
+
+	for (int64_t g0 = 0; g0 < nb; g0 += 8) {
+		const int nv = nb - g0 < 8 ? (int)(nb - g0) : 8;
+		__m256i p[8];
+		if (nv == 8) {
+			MOE_UNROLL2 for (int j = 0; j < 8; j++)
+				p[j] = dot_s8(b32x_values(kind, pw + (g0 + j) * bs),
+					      _mm256_loadu_si256((const void *)(px + (g0 + j) * 34 + 2)));
+		} else {
+			for (int j = 0; j < 8; j++)
+				p[j] = j < nv ? dot_s8(b32x_values(kind, pw + (g0 + j) * bs),
+						       _mm256_loadu_si256(
+							       (const void *)(px + (g0 + j) * 34 + 2)))
+					      : _mm256_setzero_si256();
+		}
+		__m256 d = _mm256_mul_ps(scales8(pw + g0 * bs, bs, nv), scales8(px + g0 * 34, 34, nv));
+		P = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8_blocks(p)), d, P);
+	}
+	*s = hsum8(P);
+}
+
+static void vec_dot_q8_0(int64_t n, float *s, const void *w, const void *x)
+{
+	b32x_dot(X_Q8_0, n, s, w, x);
+}
+
+static void vec_dot_q4_0(int64_t n, float *s, const void *w, const void *x)
+{
+	b32x_dot(X_Q4_0, n, s, w, x);
+}
+
+/* ------------------------------------- the other 32-element block types */
+
+
+/* Q5_0 (x = d * (q - 16)) and IQ4_NL (a code book): signed values like
+ * Q8_0's, in the same order. */
+static void vec_dot_q5_0(int64_t n, float *s, const void *w, const void *x)
+{
+	b32x_dot(X_Q5_0, n, s, w, x);
+}
+
+static void vec_dot_iq4_nl(int64_t n, float *s, const void *w, const void *x)
+{
+	b32x_dot(X_IQ4_NL, n, s, w, x);
+}
+
+/* MXFP4 keeps 8 float lanes per output and no GEMM: in the order above
+ * its dot product took 16% more time (the E8M0 scales), and gpt-oss decode
+ * is what it is used for. */
+static void vec_dot_mxfp4(int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_mxfp4 *b = w;
+	const moe_block_q8_0 *y = x;
+	__m256 acc = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n / MOE_QK; i++) {
+		__m256i p = dot_s8(book32(moe_kvalues_mxfp4, b[i].qs),
+				   _mm256_loadu_si256((const void *)y[i].qs));
+		float d = moe_e8m0_to_f32_half(b[i].e) * _cvtsh_ss(y[i].d);
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
+	}
+	*s = hsum8(acc);
+}
+
+/* Q4_1 / Q5_1: x = d * q + m with Q8_1 activations: d * dy * sum(q y) +
+ * m * dy * sum(y), the code sums recomputed (Q8_1's s is rounded). */
+INLINE void q51_dot(const int five, int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_q8_1 *y = x;
+	const size_t bs = five ? sizeof(moe_block_q5_1) : sizeof(moe_block_q4_1);
+	__m256 acc = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n / MOE_QK; i++) {
+		const uint8_t *b = (const uint8_t *)w + i * bs;
+		__m256i q = nibbles32(b + (five ? offsetof(moe_block_q5_1, qs)
+					       : offsetof(moe_block_q4_1, qs)));
+		if (five)
+			q = _mm256_or_si256(q, q5_high(b + offsetof(moe_block_q5_1, qh)));
+		__m256i xv = _mm256_loadu_si256((const void *)y[i].qs);
+		__m256i p = dot_u8s8(q, xv);
+		__m256i sx = dot_u8s8(_mm256_set1_epi8(1), xv);
+		float dy = _cvtsh_ss(y[i].d);
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b) * dy), acc);
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_set1_ps(h2f(b + 2) * dy), acc);
+	}
+	*s = hsum8(acc);
+}
+
+static void vec_dot_q4_1(int64_t n, float *s, const void *w, const void *x)
+{
+	q51_dot(0, n, s, w, x);
+}
+
+static void vec_dot_q5_1(int64_t n, float *s, const void *w, const void *x)
+{
+	q51_dot(1, n, s, w, x);
+}
+
+/* ---------------------------------------------------------------- K-quants */
+
+/* The K-quant reduction order (batch invariance): each super-block is
+ * reduced to exact integers isum = sum_g sc_g dot_g and msum = sum_g m_g
+ * bsum_g, then every output runs acc = fma(isum, d dy, acc); acc =
+ * fnmadd(msum, dmin dy, acc) from +0, super-block after super-block.  The
+ * dot products below and the tiled GEMM (rows in lanes) both do exactly
+ * this, so a token gets the same bits batched or alone. */
+INLINE __m128 ksb_step(__m128 acc, int32_t isum, int32_t msum, float d, float dmin, float dy)
+{
+	acc = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), isum),
+			   _mm_mul_ss(_mm_set_ss(d), _mm_set_ss(dy)), acc);
+	return _mm_fnmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), msum),
+			     _mm_mul_ss(_mm_set_ss(dmin), _mm_set_ss(dy)), acc);
+}
+
+
+/* Q4_K / Q5_K: per 64 elements j, the low nibbles of qs[32j .. 32j+31] are
+ * group 2j and the high nibbles group 2j+1; the integer scales multiply
+ * through vpmaddwd and the minimums use the bsums. */
+INLINE void k45_dot(const int five, int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_q8_k *y = x;
+	const size_t bsz = five ? sizeof(moe_block_q5_k) : sizeof(moe_block_q4_k);
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	__m128 acc = _mm_setzero_ps();
+
+	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
+		const uint8_t *b = (const uint8_t *)w + i * bsz;
+		const uint8_t *qs = b + (five ? offsetof(moe_block_q5_k, qs)
+					      : offsetof(moe_block_q4_k, qs));
+		uint32_t u[4];
+		uint8_t sc[8], m[8];
+		moe_k4_unpack_scales(b + 4, u);
+		memcpy(sc, u, 8);
+		memcpy(m, u + 2, 8);
+		__m256i qh = _mm256_setzero_si256();
+		if (five)
+			qh = _mm256_loadu_si256((const void *)(b + offsetof(moe_block_q5_k, qh)));
+		__m256i sumi = _mm256_setzero_si256();
+		for (int j = 0; j < 4; j++) {
+			__m256i q = _mm256_loadu_si256((const void *)(qs + 32 * j));
+			__m256i lo = _mm256_and_si256(q, m4);
+			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+			if (five) {
+				/* Bit 2j / 2j+1 of each qh byte becomes bit 4. */
+				__m256i one = _mm256_set1_epi8(1);
+				__m256i hl = _mm256_srli_epi16(qh, 2 * j);
+				__m256i hh = _mm256_srli_epi16(qh, 2 * j + 1);
+				hl = _mm256_and_si256(hl, one);
+				hh = _mm256_and_si256(hh, one);
+				lo = _mm256_or_si256(lo, _mm256_slli_epi16(hl, 4));
+				hi = _mm256_or_si256(hi, _mm256_slli_epi16(hh, 4));
+			}
+			__m256i xl = _mm256_loadu_si256((const void *)(y[i].qs + 64 * j));
+			__m256i xh = _mm256_loadu_si256((const void *)(y[i].qs + 64 * j + 32));
+			__m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl),
+						       _mm256_set1_epi16(sc[2 * j]));
+			__m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh),
+						       _mm256_set1_epi16(sc[2 * j + 1]));
+			sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+		}
+		int summ = 0;
+		for (int g = 0; g < 8; g++)
+			summ += m[g] * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
+		/* The reduction order the tiled GEMM shares (see below). */
+		acc = ksb_step(acc, hsum8i(sumi), summ, _cvtsh_ss(ld16(b)), _cvtsh_ss(ld16(b + 2)),
+			       y[i].d);
+	}
+	*s = _mm_cvtss_f32(acc);
+}
+
+static void vec_dot_q4_k(int64_t n, float *s, const void *w, const void *x)
+{
+	k45_dot(0, n, s, w, x);
+}
+
+static void vec_dot_q5_k(int64_t n, float *s, const void *w, const void *x)
+{
+	k45_dot(1, n, s, w, x);
+}
+
+/* Q6_K: 32 elements k of each half h are nibble k/2 of ql[64h + 32(k%2)
+ * ..] with bits 2k, 2k+1 of qh[32h ..] on top; groups of 16, so the two
+ * 16-lane halves of a 32-element vector take scales g and g+1. */
+static void vec_dot_q6_k(int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_q6_k *b = w;
+	const moe_block_q8_k *y = x;
+	const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+	__m128 acc = _mm_setzero_ps();
+
+	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
+		__m256i sumi = _mm256_setzero_si256();
+		int off = 0;
+		for (int h = 0; h < 2; h++) {
+			__m256i qh = _mm256_loadu_si256((const void *)(b[i].qh + 32 * h));
+			for (int k = 0; k < 4; k++) {
+				__m256i ql = _mm256_loadu_si256(
+					(const void *)(b[i].ql + 64 * h + 32 * (k % 2)));
+				if (k / 2)
+					ql = _mm256_srli_epi16(ql, 4);
+				__m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2);
+				__m256i q = _mm256_or_si256(_mm256_and_si256(ql, m4),
+							    _mm256_slli_epi16(hb, 4));
+				int g = 8 * h + 2 * k;
+				__m256i scv = _mm256_setr_m128i(_mm_set1_epi16(b[i].scales[g]),
+								_mm_set1_epi16(b[i].scales[g + 1]));
+				const int8_t *xp = y[i].qs + 128 * h + 32 * k;
+				__m256i xq = _mm256_loadu_si256((const void *)xp);
+				sumi = _mm256_add_epi32(
+					sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), scv));
+			}
+		}
+		for (int g = 0; g < 16; g++)
+			off += b[i].scales[g] * y[i].bsums[g];
+		acc = ksb_step(acc, hsum8i(sumi) - 32 * off, 0, _cvtsh_ss(b[i].d), 0.0f, y[i].d);
+	}
+	*s = _mm_cvtss_f32(acc);
+}
+
+/* Q2_K and Q3_K: element 128h + 32j + l (l < 32) is 2-bit field j of
+ * qs[32h + l]; groups of 16, so the two 16-byte halves of 32 elements take
+ * scales g and g+1 through vpmaddwd.  Q2_K: x = d * sc * q - dmin * m (the
+ * minimums through bsums); Q3_K: the third bit (bit 4h + j of hmask[l]) set
+ * adds 4 to q, and x = d * (sc - 32) * (q - 4), the -4 through bsums. */
+INLINE void k23_dot(const int three, int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_q8_k *y = x;
+	const size_t bsz = three ? sizeof(moe_block_q3_k) : sizeof(moe_block_q2_k);
+	const __m256i m2 = _mm256_set1_epi8(3);
+	__m128 acc = _mm_setzero_ps();
+
+	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
+		const uint8_t *b = (const uint8_t *)w + i * bsz;
+		const uint8_t *qs = b + (three ? offsetof(moe_block_q3_k, qs)
+					       : offsetof(moe_block_q2_k, qs));
+		int16_t sc[16];
+		int32_t off = 0;
+		for (int g = 0; g < 16; g++) {
+			if (three) {
+				sc[g] = (int16_t)(moe_k3_scale(b + offsetof(moe_block_q3_k, scales), g) - 32);
+				off += sc[g] * 4 * y[i].bsums[g];
+			} else {
+				sc[g] = (int16_t)(b[g] & 0x0F);
+				off += (b[g] >> 4) * y[i].bsums[g];
+			}
+		}
+		__m256i sumi = _mm256_setzero_si256();
+		for (int h = 0; h < 2; h++) {
+			__m256i q = _mm256_loadu_si256((const void *)(qs + 32 * h));
+			__m256i hm = three ? _mm256_loadu_si256((const void *)(b + offsetof(
+							     moe_block_q3_k, hmask)))
+					   : _mm256_setzero_si256();
+			for (int j = 0; j < 4; j++) {
+				__m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2);
+				if (three) {
+					__m256i hb = _mm256_and_si256(
+						_mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi8(1));
+					u = _mm256_add_epi8(u, _mm256_slli_epi16(hb, 2));
+				}
+				int g = 8 * h + 2 * j;
+				__m256i scv = _mm256_setr_m128i(_mm_set1_epi16(sc[g]),
+								_mm_set1_epi16(sc[g + 1]));
+				__m256i xq = _mm256_loadu_si256(
+					(const void *)(y[i].qs + 128 * h + 32 * j));
+				sumi = _mm256_add_epi32(
+					sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), scv));
+			}
+		}
+		/* The K-quant order: exact isum (Q3_K's -4 offsets in it) and
+		 * Q2_K's msum, then ksb_step. */
+		float d = h2f(b + (three ? offsetof(moe_block_q3_k, d) : offsetof(moe_block_q2_k, d)));
+		if (three)
+			acc = ksb_step(acc, hsum8i(sumi) - off, 0, d, 0.0f, y[i].d);
+		else
+			acc = ksb_step(acc, hsum8i(sumi), off, d,
+				       h2f(b + offsetof(moe_block_q2_k, dmin)), y[i].d);
+	}
+	*s = _mm_cvtss_f32(acc);
+}
+
+static void vec_dot_q2_k(int64_t n, float *s, const void *w, const void *x)
+{
+	k23_dot(0, n, s, w, x);
+}
+
+static void vec_dot_q3_k(int64_t n, float *s, const void *w, const void *x)
+{
+	k23_dot(1, n, s, w, x);
+}
+
+/* IQ4_XS: groups of 32 over the IQ4_NL code book with 6-bit scales ls - 32;
+ * group g's 16 code bytes at qs[16g] hold elements 32g + l (low nibbles)
+ * and 32g + 16 + l (high). */
+static void vec_dot_iq4_xs(int64_t n, float *s, const void *w, const void *x)
+{
+	const moe_block_iq4_xs *b = w;
+	const moe_block_q8_k *y = x;
+	__m256 acc = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
+		__m256i sumi = _mm256_setzero_si256();
+		for (int g = 0; g < 8; g++) {
+			int ls = ((b[i].scales_l[g / 2] >> (4 * (g % 2))) & 0x0F) |
+				 ((b[i].scales_h >> (2 * g)) & 3) << 4;
+			__m256i p = dot_s8(book32(moe_kvalues_iq4nl, b[i].qs + 16 * g),
+					   _mm256_loadu_si256((const void *)(y[i].qs + 32 * g)));
+			sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p, _mm256_set1_epi32(ls - 32)));
+		}
+		float d = _cvtsh_ss(b[i].d) * y[i].d;
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
+	}
+	*s = hsum8(acc);
+}
+
+/* ------------------------------------------------ prefill GEMM, K-quants
+ *
+ * For many tokens (Q4_K, Q5_K, Q6_K), as in avx512.c: the codes of 8 weight
+ * rows are unpacked once into bytes with the rows in the 32-bit lanes,
+ * [k / 4][8 rows][4 bytes], and reused for every token; vpmaddubsw
+ * multiplies four codes of 8 rows with four activation codes of one token
+ * (broadcast) into 16-bit pair sums, which are added up over as many steps
+ * as stay below 2^15 (Q4_K a whole group of 32: 8 * 2 * 15 * 127; Q5_K 16
+ * codes; Q6_K 8) before vpmaddwd applies the group scale in 32 bits.  The
+ * integers are exact, and the float sequence is ksb_step's, lane by lane. */
+
+#define KSB2 8 /* super-blocks per unpacked chunk */
+#define GT2 4  /* tokens per register tile */
+
+typedef struct {
+	uint8_t q[KSB2][64][32];  /* [sb][k/4][row][4] codes */
+	int32_t sc[KSB2][16][8];  /* [sb][group][row] scale in both 16-bit halves */
+	int32_t mm[KSB2][8][8];   /* [sb][j][row]: Q4_K/Q5_K m_j | m_j << 16;
+				   * Q6_K -32 sc_2j | -32 sc_2j+1 << 16 */
+	float d[KSB2][8], dmin[KSB2][8];
+} kq2_pack;
+
+enum { KQ2_Q4_K, KQ2_Q5_K, KQ2_Q6_K, KQ2_Q2_K, KQ2_Q3_K };
+
+/* out[j] lane r = in[r] lane j, 8 x 8 32-bit lanes. */
+INLINE void transpose8(__m256i v[8])
+{
+	__m256i t[8], u[8];
+	for (int i = 0; i < 4; i++) {
+		t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+		t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+	}
+	for (int i = 0; i < 2; i++) {
+		u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+		u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+		u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+		u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+	}
+	/* u[4i + c]: 128-bit half L holds column 4L + c of rows 4i..4i+3. */
+	for (int c = 0; c < 4; c++) {
+		v[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
+		v[4 + c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+	}
+}
+
+/* Codes 32c .. 32c+31 of one super-block of a row, in element order. */
+INLINE __m256i kq2_codes(const int kind, const uint8_t *b, int c)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	if (kind == KQ2_Q2_K || kind == KQ2_Q3_K) {
+		/* Element 128h + 32j + l: field j of qs[32h + l]; Q3_K adds 4
+		 * where bit 4h + j of hmask[l] is set. */
+		const int three = kind == KQ2_Q3_K, h = c / 4, j = c % 4;
+		const size_t qs = three ? offsetof(moe_block_q3_k, qs) : offsetof(moe_block_q2_k, qs);
+		__m256i q = _mm256_loadu_si256((const void *)(b + qs + 32 * h));
+		q = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3));
+		if (three) {
+			__m256i hm = _mm256_loadu_si256((const void *)(b + offsetof(moe_block_q3_k, hmask)));
+			hm = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi8(1));
+			q = _mm256_add_epi8(q, _mm256_slli_epi16(hm, 2));
+		}
+		return q;
+	}
+	if (kind == KQ2_Q6_K) {
+		const moe_block_q6_k *q = (const void *)b;
+		const int h = c / 4, k = c % 4;
+		__m256i ql = _mm256_loadu_si256((const void *)(q->ql + 64 * h + 32 * (k % 2)));
+		__m256i qh = _mm256_loadu_si256((const void *)(q->qh + 32 * h));
+		ql = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k / 2)), m4);
+		qh = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3));
+		return _mm256_or_si256(ql, _mm256_slli_epi16(qh, 4));
+	}
+	const int five = kind == KQ2_Q5_K, p = c / 2, hi = c % 2;
+	const size_t qs = five ? offsetof(moe_block_q5_k, qs) : offsetof(moe_block_q4_k, qs);
+	__m256i q = _mm256_loadu_si256((const void *)(b + qs + 32 * p));
+	q = _mm256_and_si256(_mm256_srli_epi16(q, 4 * hi), m4);
+	if (five) {
+		__m256i h = _mm256_loadu_si256((const void *)(b + offsetof(moe_block_q5_k, qh)));
+		h = _mm256_and_si256(_mm256_srli_epi16(h, c), _mm256_set1_epi8(1));
+		q = _mm256_or_si256(q, _mm256_slli_epi16(h, 4));
+	}
+	return q;
+}
+
+static void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ldw, int rows,
+		       int64_t i0, int nsb)
+{
+	const size_t bsz = kind == KQ2_Q6_K   ? sizeof(moe_block_q6_k)
+			   : kind == KQ2_Q5_K ? sizeof(moe_block_q5_k)
+			   : kind == KQ2_Q2_K ? sizeof(moe_block_q2_k)
+			   : kind == KQ2_Q3_K ? sizeof(moe_block_q3_k)
+					      : sizeof(moe_block_q4_k);
+	for (int sb = 0; sb < nsb; sb++) {
+		__m256i v[8];
+		for (int c = 0; c < 8; c++) {
+			for (int r = 0; r < 8; r++)
+				v[r] = r < rows ? kq2_codes(kind, w + r * ldw + (i0 + sb) * bsz, c)
+						: _mm256_setzero_si256();
+			transpose8(v);
+			for (int j = 0; j < 8; j++)
+				_mm256_store_si256((void *)pk->q[sb][8 * c + j], v[j]);
+		}
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *b = w + r * ldw + (i0 + sb) * bsz;
+			if (r >= rows) {
+				for (int g = 0; g < 16; g++)
+					pk->sc[sb][g][r] = 0;
+				for (int j = 0; j < 8; j++)
+					pk->mm[sb][j][r] = 0;
+				pk->d[sb][r] = pk->dmin[sb][r] = 0.0f;
+				continue;
+			}
+			if (kind == KQ2_Q2_K || kind == KQ2_Q3_K) {
+				const int three = kind == KQ2_Q3_K;
+				int16_t sc[16], mn[16];
+				for (int g = 0; g < 16; g++) {
+					if (three) {
+						sc[g] = (int16_t)(moe_k3_scale(
+							b + offsetof(moe_block_q3_k, scales), g) - 32);
+						mn[g] = (int16_t)(-4 * sc[g]);
+					} else {
+						sc[g] = (int16_t)(b[g] & 0x0F);
+						mn[g] = (int16_t)(b[g] >> 4);
+					}
+					pk->sc[sb][g][r] = (int32_t)((uint32_t)(uint16_t)sc[g] * 0x10001u);
+				}
+				for (int j = 0; j < 8; j++)
+					pk->mm[sb][j][r] = (int32_t)((uint32_t)(uint16_t)mn[2 * j] |
+								     (uint32_t)(uint16_t)mn[2 * j + 1] << 16);
+				pk->d[sb][r] = h2f(b + (three ? offsetof(moe_block_q3_k, d)
+							      : offsetof(moe_block_q2_k, d)));
+				pk->dmin[sb][r] = three ? 0.0f : h2f(b + offsetof(moe_block_q2_k, dmin));
+			} else if (kind == KQ2_Q6_K) {
+				const moe_block_q6_k *q = (const void *)b;
+				for (int g = 0; g < 16; g++)
+					pk->sc[sb][g][r] = (int32_t)((uint32_t)(uint16_t)q->scales[g] *
+								     0x10001u);
+				for (int j = 0; j < 8; j++)
+					pk->mm[sb][j][r] =
+						(int32_t)((uint32_t)(uint16_t)(-32 * q->scales[2 * j]) |
+							  (uint32_t)(uint16_t)(-32 * q->scales[2 * j + 1]) << 16);
+				pk->d[sb][r] = _cvtsh_ss(q->d);
+				pk->dmin[sb][r] = 0.0f;
+			} else {
+				uint32_t u[4];
+				uint8_t sc[8], m[8];
+				moe_k4_unpack_scales(b + 4, u);
+				memcpy(sc, u, 8);
+				memcpy(m, u + 2, 8);
+				for (int g = 0; g < 8; g++) {
+					pk->sc[sb][g][r] = (int32_t)(sc[g] * 0x10001u);
+					pk->mm[sb][g][r] = (int32_t)(m[g] * 0x10001u);
+				}
+				pk->d[sb][r] = h2f(b);
+				pk->dmin[sb][r] = h2f(b + 2);
+			}
+		}
+	}
+}
+
+INLINE __m256i bcast32_2(const uint8_t *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return _mm256_set1_epi32(v);
+}
+
+/* T tokens x 8 rows over nsb unpacked super-blocks; acc[t] lane r is the
+ * running sum of (row r, token t). */
+INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, int64_t i0,
+		     const uint8_t *x, size_t ldx, __m256 acc[GT2])
+{
+	/* Steps of 4 codes per 16-bit partial sum; groups of 32 (16 for Q6_K,
+	 * Q2_K, Q3_K, whose codes are at most 7: 8 products fit 16 bits). */
+	const int k16 = kind == KQ2_Q6_K || kind == KQ2_Q2_K || kind == KQ2_Q3_K;
+	const int U = kind == KQ2_Q4_K ? 8 : kind == KQ2_Q5_K ? 4 : kind == KQ2_Q6_K ? 2 : 4;
+	const int ng = k16 ? 16 : 8, gl = 64 / ng;
+	for (int sb = 0; sb < nsb; sb++) {
+		const moe_block_q8_k *y0 = (const void *)(x + (i0 + sb) * sizeof(moe_block_q8_k));
+		__m256i is[GT2], ms[GT2];
+		MOE_UNROLL2 for (int t = 0; t < T; t++)
+			is[t] = _mm256_setzero_si256();
+#ifdef MOE_AVXVNNI
+		/* vpdpbusd sums a whole group in 32 bits; the scale (the high
+		 * 16-bit half, sign-extended) multiplies that sum once: the
+		 * same integer as the 16-bit steps below. */
+		(void)U;
+		for (int g = 0; g < ng; g++) {
+			const __m256i sc = _mm256_srai_epi32(
+				_mm256_load_si256((const void *)pk->sc[sb][g]), 16);
+			__m256i p[GT2];
+			MOE_UNROLL2 for (int t = 0; t < T; t++)
+				p[t] = _mm256_setzero_si256();
+			MOE_UNROLL2 for (int j = 0; j < gl; j++) {
+				const int k4 = gl * g + j;
+				const __m256i wv = _mm256_load_si256((const void *)pk->q[sb][k4]);
+				MOE_UNROLL2 for (int t = 0; t < T; t++) {
+					const uint8_t *y = (const uint8_t *)y0 + t * ldx;
+					p[t] = _mm256_dpbusd_avx_epi32(
+						p[t], wv, bcast32_2(y + offsetof(moe_block_q8_k, qs) + 4 * k4));
+				}
+			}
+			MOE_UNROLL2 for (int t = 0; t < T; t++)
+				is[t] = _mm256_add_epi32(is[t], _mm256_mullo_epi32(p[t], sc));
+		}
+#else
+		for (int g = 0; g < ng; g++) {
+			const __m256i sc = _mm256_load_si256((const void *)pk->sc[sb][g]);
+			for (int h = 0; h < gl; h += U) {
+				__m256i p[GT2];
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					p[t] = _mm256_setzero_si256();
+				MOE_UNROLL2 for (int j = 0; j < U; j++) {
+					const int k4 = gl * g + h + j;
+					const __m256i wv = _mm256_load_si256((const void *)pk->q[sb][k4]);
+					MOE_UNROLL2 for (int t = 0; t < T; t++) {
+						const uint8_t *y = (const uint8_t *)y0 + t * ldx;
+						p[t] = _mm256_add_epi16(
+							p[t], _mm256_maddubs_epi16(
+								      wv, bcast32_2(y + offsetof(moe_block_q8_k, qs) + 4 * k4)));
+						/* A chain per token: left alone, GCC
+						 * re-associates these adds into a tree
+						 * and spills the partial sums. */
+						__asm__("" : "+x"(p[t]));
+					}
+				}
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p[t], sc));
+			}
+		}
+#endif
+		/* (ms starts here, not above, to keep registers free in the
+		 * loop over the groups.) */
+		MOE_UNROLL2 for (int t = 0; t < T; t++)
+			ms[t] = _mm256_setzero_si256();
+		for (int j = 0; j < 8; j++) {
+			const __m256i mm = _mm256_load_si256((const void *)pk->mm[sb][j]);
+			MOE_UNROLL2 for (int t = 0; t < T; t++) {
+				const uint8_t *y = (const uint8_t *)y0 + t * ldx;
+				__m256i bs = bcast32_2(y + offsetof(moe_block_q8_k, bsums) + 4 * j);
+				/* Q6_K's -32 and Q3_K's -4 offsets belong to isum. */
+				if (kind == KQ2_Q6_K || kind == KQ2_Q3_K)
+					is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(mm, bs));
+				else
+					ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mm, bs));
+			}
+		}
+		const __m256 d = _mm256_load_ps(pk->d[sb]), dmin = _mm256_load_ps(pk->dmin[sb]);
+		MOE_UNROLL2 for (int t = 0; t < T; t++) {
+			const moe_block_q8_k *y = (const void *)((const uint8_t *)y0 + t * ldx);
+			__m256 dy = _mm256_set1_ps(y->d);
+			acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(d, dy), acc[t]);
+			acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms[t]), _mm256_mul_ps(dmin, dy),
+						  acc[t]);
+		}
+	}
+}
+
+INLINE void kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, size_t ldw,
+		     const void *xp, size_t ldx, float *s, size_t lds)
+{
+	const uint8_t *w = wp, *x = xp;
+	const int64_t nb = n / MOE_QK_K;
+	kq2_pack pk __attribute__((aligned(32)));
+
+	for (int r0 = 0; r0 < nr; r0 += 8) {
+		const int rows = nr - r0 < 8 ? nr - r0 : 8;
+		const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows),
+						     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+		for (int64_t i0 = 0; i0 < nb; i0 += KSB2) {
+			const int nsb = nb - i0 < KSB2 ? (int)(nb - i0) : KSB2;
+			kq2_unpack(kind, &pk, w + (size_t)r0 * ldw, ldw, rows, i0, nsb);
+			for (int t0 = 0; t0 < nt; t0 += GT2) {
+				const int T = nt - t0 < GT2 ? nt - t0 : GT2;
+				float *st = s + (size_t)t0 * lds + r0;
+				const uint8_t *xt = x + (size_t)t0 * ldx;
+				__m256 acc[GT2];
+				for (int t = 0; t < T; t++)
+					acc[t] = i0 ? _mm256_maskload_ps(st + t * lds, m)
+						    : _mm256_setzero_ps();
+				switch (T) {
+				case 1: kq2_tile(kind, 1, &pk, nsb, i0, xt, ldx, acc); break;
+				case 2: kq2_tile(kind, 2, &pk, nsb, i0, xt, ldx, acc); break;
+				case 3: kq2_tile(kind, 3, &pk, nsb, i0, xt, ldx, acc); break;
+				default: kq2_tile(kind, 4, &pk, nsb, i0, xt, ldx, acc); break;
+				}
+				for (int t = 0; t < T; t++)
+					_mm256_maskstore_ps(st + t * lds, m, acc[t]);
+			}
+		}
+	}
+}
+
+/* Below this many tokens the dot products (same bits, no unpacking). */
+#define KQ2_MIN_TOKENS 4
+
+#define MOE_KQ2_GEMM(name, kind)                                                               \
+	static void name##_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw,          \
+				const void *x, size_t ldx, float *s, size_t lds)               \
+	{                                                                                      \
+		if (nt >= KQ2_MIN_TOKENS) {                                                    \
+			kq2_gemm(kind, n, nr, nt, w, ldw, x, ldx, s, lds);                     \
+			return;                                                                \
+		}                                                                              \
+		for (int t = 0; t < nt; t++)                                                   \
+			for (int r = 0; r < nr; r++)                                           \
+				vec_dot_##name(n, s + t * lds + r, (const uint8_t *)w + r * ldw,   \
+					       (const uint8_t *)x + t * ldx);                      \
+	}
+MOE_KQ2_GEMM(q4_k, KQ2_Q4_K)
+MOE_KQ2_GEMM(q5_k, KQ2_Q5_K)
+MOE_KQ2_GEMM(q6_k, KQ2_Q6_K)
+MOE_KQ2_GEMM(q2_k, KQ2_Q2_K)
+MOE_KQ2_GEMM(q3_k, KQ2_Q3_K)
+
+/* The tiled GEMM for the X_ types: 8 rows' values unpacked once as |w|
+ * and w, [block][k / 4][8 rows][4 bytes], reused for every token; the sign
+ * of w moves onto the broadcast activation codes (vpsignb), so vpmaddubsw's
+ * pairs stay within 16 bits. */
+#define GT3 4
+
+INLINE void b32x_unpack(const int kind, uint8_t *wa, uint8_t *ws, float *wd, const uint8_t *w,
+			size_t ldw, int rows, int64_t nb)
+{
+	const size_t bs = b32x_bsize(kind);
+	for (int64_t i = 0; i < nb; i++) {
+		__m256i v[8];
+		for (int r = 0; r < 8; r++)
+			v[r] = r < rows ? b32x_values(kind, w + r * ldw + i * bs) : _mm256_setzero_si256();
+		transpose8(v);
+		for (int j = 0; j < 8; j++) {
+			_mm256_store_si256((void *)(ws + (i * 8 + j) * 32), v[j]);
+			_mm256_store_si256((void *)(wa + (i * 8 + j) * 32), _mm256_sign_epi8(v[j], v[j]));
+		}
+		for (int r = 0; r < 8; r++)
+			wd[i * 8 + r] = r < rows ? h2f(w + r * ldw + i * bs) : 0.0f;
+	}
+}
+
+INLINE void b32x_tile(const int T, const uint8_t *wa, const uint8_t *ws, const float *wd,
+		      int64_t nb, const uint8_t *x, size_t ldx, float *s, size_t lds, __m256i m)
+{
+	__m256 P[GT3][8];
+	for (int t = 0; t < T; t++)
+		for (int j = 0; j < 8; j++)
+			P[t][j] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < nb; i++) {
+		const int j = (int)(i & 7);
+		__m256i u[GT3];
+		MOE_UNROLL2 for (int t = 0; t < T; t++)
+			u[t] = _mm256_setzero_si256();
+		MOE_UNROLL2 for (int k4 = 0; k4 < 8; k4++) {
+			const __m256i a = _mm256_load_si256((const void *)(wa + (i * 8 + k4) * 32));
+			const __m256i sg = _mm256_load_si256((const void *)(ws + (i * 8 + k4) * 32));
+			MOE_UNROLL2 for (int t = 0; t < T; t++) {
+				__m256i xv = bcast32_2(x + t * ldx + i * 34 + 2 + 4 * k4);
+				u[t] = dot_u8s8_acc(u[t], a, _mm256_sign_epi8(xv, sg));
+			}
+		}
+		const __m256 d = _mm256_load_ps(wd + i * 8);
+		MOE_UNROLL2 for (int t = 0; t < T; t++) {
+			__m256 dx = _mm256_set1_ps(h2f(x + t * ldx + i * 34));
+			P[t][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[t]), _mm256_mul_ps(d, dx), P[t][j]);
+		}
+	}
+	/* hsum8's order across the partials. */
+	for (int t = 0; t < T; t++) {
+		__m256 a0 = _mm256_add_ps(P[t][0], P[t][4]), a1 = _mm256_add_ps(P[t][1], P[t][5]);
+		__m256 a2 = _mm256_add_ps(P[t][2], P[t][6]), a3 = _mm256_add_ps(P[t][3], P[t][7]);
+		__m256 b0 = _mm256_add_ps(a0, a2), b1 = _mm256_add_ps(a1, a3);
+		_mm256_maskstore_ps(s + t * lds, m, _mm256_add_ps(b0, b1));
+	}
+}
+
+/* false (nothing done) when no work buffer could be had. */
+INLINE bool b32x_gemm(const int kind, int64_t n, int nr, int nt, const uint8_t *w, size_t ldw,
+		      const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const int64_t nb = n / MOE_QK;
+	uint8_t *buf = moe_kernels_work_buffer(2 * 8 * (size_t)n + 32 * (size_t)nb);
+	if (!buf)
+		return false;
+	uint8_t *wa = buf, *ws = buf + 8 * n;
+	float *wd = (float *)(buf + 16 * n);
+	for (int r0 = 0; r0 < nr; r0 += 8) {
+		const int rows = nr - r0 < 8 ? nr - r0 : 8;
+		const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows),
+						     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+		b32x_unpack(kind, wa, ws, wd, w + (size_t)r0 * ldw, ldw, rows, nb);
+		for (int t0 = 0; t0 < nt; t0 += GT3) {
+			const int T = nt - t0 < GT3 ? nt - t0 : GT3;
+			const uint8_t *xt = x + (size_t)t0 * ldx;
+			float *st = s + (size_t)t0 * lds + r0;
+			switch (T) {
+			case 1: b32x_tile(1, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
+			case 2: b32x_tile(2, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
+			case 3: b32x_tile(3, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
+			default: b32x_tile(4, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
+			}
+		}
+	}
+	return true;
+}
+
+#define MOE_B32X_GEMM(name, kind)                                                                \
+	static void name##_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw,          \
+				const void *x, size_t ldx, float *s, size_t lds)               \
+	{                                                                                      \
+		if (nt >= 4 && b32x_gemm(kind, n, nr, nt, w, ldw, x, ldx, s, lds))             \
+			return;                                                                \
+		for (int t = 0; t < nt; t++)                                                   \
+			for (int r = 0; r < nr; r++)                                           \
+				vec_dot_##name(n, s + t * lds + r, (const uint8_t *)w + r * ldw,   \
+					       (const uint8_t *)x + t * ldx);                      \
+	}
+
+MOE_B32X_GEMM(q8_0, X_Q8_0)
+MOE_B32X_GEMM(q4_0, X_Q4_0)
+MOE_B32X_GEMM(q5_0, X_Q5_0)
+MOE_B32X_GEMM(iq4_nl, X_IQ4_NL)
+
+/* ------------------------------------------------ prefill GEMM, float weights
+ *
+ * float_dot's order kept per output (four partial vectors over 32-element
+ * steps, the 8-element steps into the first, the scalar tail added after
+ * hsum8); a tile is one row and up to three tokens, so each weight vector
+ * is loaded and converted once for three tokens (12 accumulators). */
+#define GTF 3
+
+INLINE void float_tile(const int kind, const int T, int64_t n, const uint8_t *w,
+		       const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const int esz = kind == 0 ? 4 : 2;
+	__m256 acc[GTF][4];
+	int64_t i = 0;
+	MOE_UNROLL2 for (int t = 0; t < T; t++)
+		for (int j = 0; j < 4; j++)
+			acc[t][j] = _mm256_setzero_ps();
+	for (; i + 32 <= n; i += 32)
+		MOE_UNROLL2 for (int j = 0; j < 4; j++) {
+			const __m256 wv = load_w8(kind, w + (i + 8 * j) * esz);
+			MOE_UNROLL2 for (int t = 0; t < T; t++)
+				acc[t][j] = _mm256_fmadd_ps(
+					wv, _mm256_loadu_ps((const float *)(x + t * ldx) + i + 8 * j),
+					acc[t][j]);
+		}
+	for (; i + 8 <= n; i += 8) {
+		const __m256 wv = load_w8(kind, w + i * esz);
+		MOE_UNROLL2 for (int t = 0; t < T; t++)
+			acc[t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps((const float *)(x + t * ldx) + i),
+						    acc[t][0]);
+	}
+	for (int t = 0; t < T; t++) {
+		const float *xt = (const float *)(x + t * ldx);
+		float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]),
+						_mm256_add_ps(acc[t][2], acc[t][3])));
+		for (int64_t k = i; k < n; k++)
+			sum += load_w1(kind, w + k * esz) * xt[k];
+		s[t * lds] = sum;
+	}
+}
+
+INLINE void float_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, size_t ldw,
+		       const void *xp, size_t ldx, float *s, size_t lds)
+{
+	const uint8_t *w = wp, *x = xp;
+	for (int r = 0; r < nr; r++)
+		for (int t0 = 0; t0 < nt; t0 += GTF) {
+			const uint8_t *wr = w + (size_t)r * ldw, *xt = x + (size_t)t0 * ldx;
+			float *st = s + (size_t)t0 * lds + r;
+			switch (nt - t0 < GTF ? nt - t0 : GTF) {
+			case 1: float_tile(kind, 1, n, wr, xt, ldx, st, lds); break;
+			case 2: float_tile(kind, 2, n, wr, xt, ldx, st, lds); break;
+			default: float_tile(kind, 3, n, wr, xt, ldx, st, lds); break;
+			}
+		}
+}
+
+static void f32_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+		     size_t ldx, float *s, size_t lds)
+{
+	float_gemm(0, n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
+static void f16_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+		     size_t ldx, float *s, size_t lds)
+{
+	float_gemm(1, n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
+static void bf16_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+		      size_t ldx, float *s, size_t lds)
+{
+	float_gemm(2, n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
+/* ------------------------------------ prefill GEMM, the lane-order types
+ *
+ * MXFP4, Q4_1, Q5_1 and IQ4_XS keep their dot products' order (above):
+ * every output has 8 float partials, partial l taking slice l (elements
+ * 4l .. 4l+3, lane l of dot_u8s8) of each 32-element group, fma'd block
+ * after block (IQ4_XS: super-block; its group integers scaled and summed
+ * exactly first), then hsum8.  The GEMM unpacks 8 rows with the rows in
+ * the lanes, [block][group][l][8 rows][4 bytes], once for every token, and
+ * keeps a token's 8 partials as 8 vectors over the rows; slice l of a
+ * token is its 4 activation bytes broadcast.  Signed values (MXFP4, the
+ * IQ4 code book, up to 127 in magnitude) go in as |w| with the sign moved
+ * onto the activation, as in dot_s8; Q4_1/Q5_1 codes are unsigned. */
+enum { L_MXFP4, L_Q4_1, L_Q5_1, L_IQ4_XS };
+#define GT4 4
+
+INLINE size_t lo_bsize(const int kind)
+{
+	switch (kind) {
+	case L_Q4_1: return sizeof(moe_block_q4_1);
+	case L_Q5_1: return sizeof(moe_block_q5_1);
+	case L_IQ4_XS: return sizeof(moe_block_iq4_xs);
+	default: return sizeof(moe_block_mxfp4);
+	}
+}
+
+/* The activation block: Q8_0, Q8_1, Q8_K; where its codes start. */
+INLINE size_t lo_xsize(const int kind)
+{
+	return kind == L_MXFP4 ? sizeof(moe_block_q8_0)
+	       : kind == L_IQ4_XS ? sizeof(moe_block_q8_k)
+				 : sizeof(moe_block_q8_1);
+}
+
+INLINE size_t lo_xqs(const int kind)
+{
+	return kind == L_MXFP4 ? offsetof(moe_block_q8_0, qs)
+	       : kind == L_IQ4_XS ? offsetof(moe_block_q8_k, qs)
+				 : offsetof(moe_block_q8_1, qs);
+}
+
+/* Group g's 32 values of block b in element order, as the dot products
+ * build them. */
+INLINE __m256i lo_values(const int kind, const uint8_t *b, int g)
+{
+	switch (kind) {
+	case L_Q4_1: return nibbles32(b + offsetof(moe_block_q4_1, qs));
+	case L_Q5_1:
+		return _mm256_or_si256(nibbles32(b + offsetof(moe_block_q5_1, qs)),
+				       q5_high(b + offsetof(moe_block_q5_1, qh)));
+	case L_IQ4_XS: return book32(moe_kvalues_iq4nl, b + offsetof(moe_block_iq4_xs, qs) + 16 * g);
+	default: return book32(moe_kvalues_mxfp4, b + offsetof(moe_block_mxfp4, qs));
+	}
+}
+
+typedef struct {
+	uint8_t *wa, *ws; /* [block][group][l][row][4]: |w| (or the codes), w */
+	int32_t *sc;      /* IQ4_XS [block][group][row]: ls - 32 in both 16-bit halves */
+	float *wd, *wm;   /* [block][row]: the weight scale; Q4_1/Q5_1 m */
+} lo_pack;
+
+INLINE void lo_unpack(const int kind, const lo_pack *pk, const uint8_t *w, size_t ldw, int rows,
+		      int64_t nb)
+{
+	const size_t bs = lo_bsize(kind);
+	const int G = kind == L_IQ4_XS ? 8 : 1;
+	for (int64_t i = 0; i < nb; i++) {
+		for (int g = 0; g < G; g++) {
+			__m256i v[8];
+			for (int r = 0; r < 8; r++)
+				v[r] = r < rows ? lo_values(kind, w + r * ldw + i * bs, g)
+						: _mm256_setzero_si256();
+			transpose8(v);
+			const size_t k0 = (size_t)(i * G + g) * 8;
+			for (int l = 0; l < 8; l++) {
+				__m256i a = kind == L_Q4_1 || kind == L_Q5_1 ? v[l]
+									       : _mm256_sign_epi8(v[l], v[l]);
+				_mm256_store_si256((void *)(pk->wa + (k0 + l) * 32), a);
+				_mm256_store_si256((void *)(pk->ws + (k0 + l) * 32), v[l]);
+			}
+		}
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *b = w + r * ldw + i * bs;
+			float d = 0.0f, m = 0.0f;
+			if (r < rows) {
+				if (kind == L_MXFP4) {
+					d = moe_e8m0_to_f32_half(b[offsetof(moe_block_mxfp4, e)]);
+				} else {
+					d = h2f(b);
+					if (kind != L_IQ4_XS)
+						m = h2f(b + 2);
+				}
+			}
+			pk->wd[i * 8 + r] = d;
+			pk->wm[i * 8 + r] = m;
+			if (kind != L_IQ4_XS)
+				continue;
+			const moe_block_iq4_xs *q = (const void *)b;
+			for (int g = 0; g < 8; g++) {
+				int ls = r < rows ? (((q->scales_l[g / 2] >> (4 * (g % 2))) & 0x0F) |
+						     ((q->scales_h >> (2 * g)) & 3) << 4) - 32
+						  : 0;
+				pk->sc[(i * 8 + g) * 8 + r] = (int32_t)((uint32_t)(uint16_t)ls * 0x10001u);
+			}
+		}
+	}
+}
+
+INLINE void lo_tile(const int kind, const int T, const lo_pack *pk, int64_t nb, const uint8_t *x,
+		    size_t ldx, float *s, size_t lds, __m256i m)
+{
+	const size_t xbs = lo_xsize(kind), xqs = lo_xqs(kind);
+	const int sgn = kind == L_MXFP4 || kind == L_IQ4_XS;
+	const __m256i ones = _mm256_set1_epi8(1);
+	__m256 P[GT4][8];
+	for (int t = 0; t < T; t++)
+		for (int l = 0; l < 8; l++)
+			P[t][l] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < nb; i++) {
+		const __m256 wd = _mm256_load_ps(pk->wd + i * 8);
+		__m256 dd[GT4], dm[GT4];
+		MOE_UNROLL2 for (int t = 0; t < T; t++) {
+			const uint8_t *y = x + t * ldx + i * xbs;
+			float dy;
+			if (kind == L_IQ4_XS)
+				memcpy(&dy, y, 4);
+			else
+				dy = h2f(y);
+			dd[t] = _mm256_mul_ps(wd, _mm256_set1_ps(dy));
+			dm[t] = _mm256_mul_ps(_mm256_load_ps(pk->wm + i * 8), _mm256_set1_ps(dy));
+		}
+		if (kind == L_IQ4_XS) {
+			for (int l = 0; l < 8; l++) {
+				__m256i I[GT4];
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					I[t] = _mm256_setzero_si256();
+				MOE_UNROLL2 for (int g = 0; g < 8; g++) {
+					const size_t k = (size_t)(i * 8 + g) * 8 + l;
+					const __m256i a = _mm256_load_si256((const void *)(pk->wa + k * 32));
+					const __m256i sg = _mm256_load_si256((const void *)(pk->ws + k * 32));
+					const __m256i sc =
+						_mm256_load_si256((const void *)(pk->sc + (i * 8 + g) * 8));
+					MOE_UNROLL2 for (int t = 0; t < T; t++) {
+						__m256i xv = bcast32_2(x + t * ldx + i * xbs + xqs +
+								       32 * g + 4 * l);
+						I[t] = _mm256_add_epi32(
+							I[t], _mm256_madd_epi16(_mm256_maddubs_epi16(
+											a, _mm256_sign_epi8(xv, sg)),
+										sc));
+					}
+				}
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					P[t][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[t]), dd[t], P[t][l]);
+			}
+			continue;
+		}
+		MOE_UNROLL2 for (int l = 0; l < 8; l++) {
+			const size_t k = (size_t)i * 8 + l;
+			const __m256i a = _mm256_load_si256((const void *)(pk->wa + k * 32));
+			const __m256i sg = _mm256_load_si256((const void *)(pk->ws + k * 32));
+			MOE_UNROLL2 for (int t = 0; t < T; t++) {
+				__m256i xv = bcast32_2(x + t * ldx + i * xbs + xqs + 4 * l);
+				__m256i p = dot_u8s8(a, sgn ? _mm256_sign_epi8(xv, sg) : xv);
+				P[t][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dd[t], P[t][l]);
+				if (!sgn)
+					P[t][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(ones, xv)),
+								  dm[t], P[t][l]);
+			}
+		}
+	}
+	/* hsum8's order across the partials. */
+	for (int t = 0; t < T; t++) {
+		__m256 a0 = _mm256_add_ps(P[t][0], P[t][4]), a1 = _mm256_add_ps(P[t][1], P[t][5]);
+		__m256 a2 = _mm256_add_ps(P[t][2], P[t][6]), a3 = _mm256_add_ps(P[t][3], P[t][7]);
+		__m256 b0 = _mm256_add_ps(a0, a2), b1 = _mm256_add_ps(a1, a3);
+		_mm256_maskstore_ps(s + t * lds, m, _mm256_add_ps(b0, b1));
+	}
+}
+
+/* false (nothing done) when no work buffer could be had. */
+INLINE bool lo_gemm(const int kind, int64_t n, int nr, int nt, const uint8_t *w, size_t ldw,
+		    const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const int64_t nb = n / (kind == L_IQ4_XS ? MOE_QK_K : MOE_QK);
+	/* wa, ws 8n bytes each; sc n; wd, wm 32 per block. */
+	uint8_t *buf = moe_kernels_work_buffer(17 * (size_t)n + 64 * (size_t)nb);
+	if (!buf)
+		return false;
+	const lo_pack pk = {buf, buf + 8 * n, (int32_t *)(buf + 16 * n), (float *)(buf + 17 * n),
+			    (float *)(buf + 17 * n + 32 * nb)};
+	for (int r0 = 0; r0 < nr; r0 += 8) {
+		const int rows = nr - r0 < 8 ? nr - r0 : 8;
+		const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows),
+						     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+		lo_unpack(kind, &pk, w + (size_t)r0 * ldw, ldw, rows, nb);
+		for (int t0 = 0; t0 < nt; t0 += GT4) {
+			const int T = nt - t0 < GT4 ? nt - t0 : GT4;
+			const uint8_t *xt = x + (size_t)t0 * ldx;
+			float *st = s + (size_t)t0 * lds + r0;
+			switch (T) {
+			case 1: lo_tile(kind, 1, &pk, nb, xt, ldx, st, lds, m); break;
+			case 2: lo_tile(kind, 2, &pk, nb, xt, ldx, st, lds, m); break;
+			case 3: lo_tile(kind, 3, &pk, nb, xt, ldx, st, lds, m); break;
+			default: lo_tile(kind, 4, &pk, nb, xt, ldx, st, lds, m); break;
+			}
+		}
+	}
+	return true;
+}
+
+/* Below this many tokens the dot products (same bits, no unpacking). */
+#define LO_MIN_TOKENS 3
+
+#define MOE_LO_GEMM(name, kind)                                                                  \
+	static void name##_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw,          \
+				const void *x, size_t ldx, float *s, size_t lds)               \
+	{                                                                                      \
+		if (nt >= LO_MIN_TOKENS && lo_gemm(kind, n, nr, nt, w, ldw, x, ldx, s, lds))   \
+			return;                                                                \
+		for (int t = 0; t < nt; t++)                                                   \
+			for (int r = 0; r < nr; r++)                                           \
+				vec_dot_##name(n, s + t * lds + r, (const uint8_t *)w + r * ldw,   \
+					       (const uint8_t *)x + t * ldx);                      \
+	}
+
+MOE_LO_GEMM(mxfp4, L_MXFP4)
+MOE_LO_GEMM(q4_1, L_Q4_1)
+MOE_LO_GEMM(q5_1, L_Q5_1)
+MOE_LO_GEMM(iq4_xs, L_IQ4_XS)
+
+/* ------------------------------------------------------------ quantisers */
+
+INLINE __m256 abs8(__m256 v)
+{
+	return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+}
+
+INLINE float hmax8(__m256 v)
+{
+	__m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+	m = _mm_max_ss(m, _mm_movehdup_ps(m));
+	return _mm_cvtss_f32(m);
+}
+
+/* roundf: half away from zero, as the reference quantiser. */
+INLINE __m256 round_away8(__m256 v)
+{
+	__m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+	__m256 big = _mm256_cmp_ps(abs8(_mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+	__m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f)));
+	return _mm256_add_ps(t, _mm256_and_ps(big, one));
+}
+
+/* Eight int32 in [-127, 127] to eight bytes. */
+INLINE void store8_i8(uint8_t *dst, __m256i q)
+{
+	__m128i p = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+	p = _mm_packs_epi16(p, p);
+	_mm_storel_epi64((void *)dst, p);
+}
+
+static void quantize_row_q8_0(const float *x, void *y, int64_t n)
+{
+	uint8_t *b = y;
+	for (int64_t i = 0; i < n / MOE_QK; i++, x += MOE_QK, b += sizeof(moe_block_q8_0)) {
+		__m256 v[4], am = _mm256_setzero_ps();
+		for (int j = 0; j < 4; j++) {
+			v[j] = _mm256_loadu_ps(x + 8 * j);
+			am = _mm256_max_ps(am, abs8(v[j]));
+		}
+		float d = hmax8(am) / 127.0f;
+		float id = d != 0.0f ? 1.0f / d : 0.0f;
+		uint16_t h = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+		memcpy(b, &h, 2);
+		for (int j = 0; j < 4; j++)
+			store8_i8(b + 2 + 8 * j, _mm256_cvttps_epi32(round_away8(
+							 _mm256_mul_ps(v[j], _mm256_set1_ps(id)))));
+	}
+}
+
+static void quantize_row_q8_k(const float *x, void *y, int64_t n)
+{
+	moe_block_q8_k *b = y;
+	for (int64_t i = 0; i < n / MOE_QK_K; i++, x += MOE_QK_K, b++) {
+		__m256 am = _mm256_setzero_ps();
+		for (int j = 0; j < 32; j++)
+			am = _mm256_max_ps(am, abs8(_mm256_loadu_ps(x + 8 * j)));
+		float amax = hmax8(am), max = 0.0f;
+		if (!(amax > 0.0f)) {
+			memset(b, 0, sizeof(*b));
+			continue;
+		}
+		for (int j = 0; j < MOE_QK_K; j++) {
+			if (__builtin_fabsf(x[j]) == amax) {
+				max = x[j];
+				break;
+			}
+		}
+		float iscale = -127.0f / max;
+		__m256 vs = _mm256_set1_ps(iscale);
+		for (int g = 0; g < 16; g++) {
+			__m256i s = _mm256_setzero_si256();
+			for (int j = 0; j < 2; j++) {
+				__m256i q = _mm256_cvtps_epi32(
+					_mm256_mul_ps(_mm256_loadu_ps(x + 16 * g + 8 * j), vs));
+				q = _mm256_max_epi32(_mm256_min_epi32(q, _mm256_set1_epi32(127)),
+						     _mm256_set1_epi32(-127));
+				store8_i8((uint8_t *)b->qs + 16 * g + 8 * j, q);
+				s = _mm256_add_epi32(s, q);
+			}
+			b->bsums[g] = (int16_t)hsum8i(s);
+		}
+		b->d = 1.0f / iscale;
+	}
+}
+
+/* ---------------------------------------------------------- row decoders */
+
+static void f16_to_float(const void *src, float *dst, int64_t n)
+{
+	const uint8_t *p = src;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, load_w8(1, p + 2 * i));
+	for (; i < n; i++)
+		dst[i] = moe_f16_to_f32(ld16(p + 2 * i));
+}
+
+static void bf16_to_float(const void *src, float *dst, int64_t n)
+{
+	const uint8_t *p = src;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, load_w8(2, p + 2 * i));
+	for (; i < n; i++)
+		dst[i] = moe_bf16_to_f32(ld16(p + 2 * i));
+}
+
+/* ------------------------------------------------------------------ table */
+
+void MOE_FILL_FN(moe_kernels *k)
+{
+	k->vec_dot[MOE_F32] = vec_dot_f32;
+	k->vec_dot[MOE_F16] = vec_dot_f16;
+	k->vec_dot[MOE_BF16] = vec_dot_bf16;
+	k->vec_dot[MOE_Q8_0] = vec_dot_q8_0;
+	k->vec_dot[MOE_Q4_0] = vec_dot_q4_0;
+	k->vec_dot[MOE_Q4_K] = vec_dot_q4_k;
+	k->vec_dot[MOE_Q5_K] = vec_dot_q5_k;
+	k->vec_dot[MOE_Q6_K] = vec_dot_q6_k;
+	k->vec_dot[MOE_Q5_0] = vec_dot_q5_0;
+	k->vec_dot[MOE_Q4_1] = vec_dot_q4_1;
+	k->vec_dot[MOE_Q5_1] = vec_dot_q5_1;
+	k->vec_dot[MOE_IQ4_NL] = vec_dot_iq4_nl;
+	k->vec_dot[MOE_MXFP4] = vec_dot_mxfp4;
+	k->vec_dot[MOE_Q2_K] = vec_dot_q2_k;
+	k->vec_dot[MOE_Q3_K] = vec_dot_q3_k;
+	k->vec_dot[MOE_IQ4_XS] = vec_dot_iq4_xs;
+	k->gemm[MOE_Q4_K] = q4_k_gemm;
+	k->gemm[MOE_Q5_K] = q5_k_gemm;
+	k->gemm[MOE_Q6_K] = q6_k_gemm;
+	k->gemm[MOE_Q2_K] = q2_k_gemm;
+	k->gemm[MOE_Q3_K] = q3_k_gemm;
+	k->gemm[MOE_Q8_0] = q8_0_gemm;
+	k->gemm[MOE_Q4_0] = q4_0_gemm;
+	k->gemm[MOE_Q5_0] = q5_0_gemm;
+	k->gemm[MOE_IQ4_NL] = iq4_nl_gemm;
+	k->gemm[MOE_MXFP4] = mxfp4_gemm;
+	k->gemm[MOE_Q4_1] = q4_1_gemm;
+	k->gemm[MOE_Q5_1] = q5_1_gemm;
+	k->gemm[MOE_IQ4_XS] = iq4_xs_gemm;
+	k->gemm[MOE_F32] = f32_gemm;
+	k->gemm[MOE_F16] = f16_gemm;
+	k->gemm[MOE_BF16] = bf16_gemm;
+	k->quantize_row[MOE_Q8_0] = quantize_row_q8_0;
+	k->quantize_row[MOE_Q8_K] = quantize_row_q8_k;
+	k->to_float[MOE_F16] = f16_to_float;
+	k->to_float[MOE_BF16] = bf16_to_float;
+	k->attn = moe_attn_avx2; /* attn_avx2.c */
+}
