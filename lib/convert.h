@@ -23,6 +23,8 @@ typedef struct moe_convert_opts {
 	bool reference_quant; /* quantised out_type: ggml's round-to-nearest
 				 reference bytes instead of moe-quant's search
 				 (moe_quant_rows, no importance matrix) */
+	bool repack;        /* store the matrices that have one in the
+			       row-interleaved layout (UTH layout 1, r4) */
 } moe_convert_opts;
 
 /* Types --type accepts: f32, f16, bf16, and q8_0, q4_0, q4_1, q5_0, q5_1,

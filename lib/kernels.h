@@ -83,14 +83,16 @@ size_t moe_attn_work_bytes(int head_dim, int head_dim_v, int block_tokens, int m
 
 typedef struct moe_kernels {
 	moe_isa isa;
-	moe_vec_dot_fn vec_dot[MOE_DTYPE_MAX];           /* NULL: type unsupported */
-	moe_quantize_row_fn quantize_row[MOE_DTYPE_MAX]; /* activation types */
+	/* Indexed by dtype or, for the repacked layouts, kernel type
+	 * (quant.h MOE_Q8_0_R4 ...), which have a gemm and no vec_dot. */
+	moe_vec_dot_fn vec_dot[MOE_KTYPE_MAX];           /* NULL: type unsupported */
+	moe_quantize_row_fn quantize_row[MOE_KTYPE_MAX]; /* activation types */
 	/* Fast row decoders (F16, BF16 at least; NULL: use quant.h's to_float).
 	 * The KV cache and embeddings use them. */
-	moe_to_float_fn to_float[MOE_DTYPE_MAX];
+	moe_to_float_fn to_float[MOE_KTYPE_MAX];
 	/* Tiled products for the types this ISA has them for; NULL: moe_matmul
 	 * loops over vec_dot instead (same results up to rounding). */
-	moe_gemm_fn gemm[MOE_DTYPE_MAX];
+	moe_gemm_fn gemm[MOE_KTYPE_MAX];
 	moe_attn_fn attn;                                /* never NULL */
 } moe_kernels;
 
@@ -100,7 +102,8 @@ const moe_kernels *moe_kernels_get(void);
  * CPU). */
 const moe_kernels *moe_kernels_for(moe_isa isa);
 
-/* 0 if moe_matmul can multiply `dtype` weights with `cols` columns;
+/* 0 if moe_matmul can multiply `dtype` weights (or a repacked kernel type)
+ * with `cols` columns;
  * MOE_EUNSUPPORTED for a type without a kernel, MOE_EFORMAT if cols is not a
  * positive multiple of the type's block size.  Check once when binding a
  * tensor: moe_matmul itself cannot report errors. */

@@ -2,6 +2,9 @@
 # (each its own object with its own flags, chosen at run time), matmul.
 noinst_HEADERS += lib/kernels.h lib/kernels/kernels_int.h lib/kernels/avx2_body.h
 lib_libmoecore_a_SOURCES += lib/kernels/kernels.c lib/kernels/generic.c lib/kernels/matmul.c
+# Products over the repacked (row-interleaved) layouts, one file per level.
+lib_libmoecore_a_SOURCES += lib/kernels/repack_generic.c
+noinst_HEADERS += lib/kernels/repack_x86.h
 # The attention tile: one body (attn_tile.h) compiled once per level.
 noinst_HEADERS += lib/kernels/attn_tile.h
 lib_libmoecore_a_SOURCES += lib/kernels/attn_generic.c
@@ -13,7 +16,7 @@ lib_libmoecore_a_SOURCES += lib/kernels/attn_generic.c
 # file is compiled with (lib/core/cpu.c's level table).  x86 hosts only.
 if MOE_X86_KERNELS
 noinst_LIBRARIES += lib/libmoe_avx2.a lib/libmoe_avxvnni.a lib/libmoe_avx512.a
-lib_libmoe_avx2_a_SOURCES = lib/kernels/avx2.c lib/kernels/attn_avx2.c
+lib_libmoe_avx2_a_SOURCES = lib/kernels/avx2.c lib/kernels/attn_avx2.c lib/kernels/repack_avx2.c
 # No contraction of a * b + c into fma behind the code's back: which
 # products are fused is part of the fixed reduction order that makes
 # results batch-invariant, so the kernels say it explicitly.
@@ -21,16 +24,20 @@ lib_libmoe_avx2_a_CFLAGS = $(AM_CFLAGS) $(AVX2_CFLAGS) -ffp-contract=off
 # The same kernel body (avx2_body.h) with vpdpbusd as its dot product step.
 lib_libmoe_avxvnni_a_SOURCES = lib/kernels/avxvnni.c
 lib_libmoe_avxvnni_a_CFLAGS = $(AM_CFLAGS) $(AVXVNNI_CFLAGS) -ffp-contract=off
-lib_libmoe_avx512_a_SOURCES = lib/kernels/avx512.c lib/kernels/attn_avx512.c
+lib_libmoe_avx512_a_SOURCES = lib/kernels/avx512.c lib/kernels/attn_avx512.c \
+	lib/kernels/repack_avx512.c
 lib_libmoe_avx512_a_CFLAGS = $(AM_CFLAGS) $(AVX512_CFLAGS) -ffp-contract=off
 lib_libmoecore_a_LIBADD += lib/kernels/libmoe_avx2_a-avx2.$(OBJEXT) \
 	lib/kernels/libmoe_avx2_a-attn_avx2.$(OBJEXT) \
 	lib/kernels/libmoe_avxvnni_a-avxvnni.$(OBJEXT) \
 	lib/kernels/libmoe_avx512_a-avx512.$(OBJEXT) \
-	lib/kernels/libmoe_avx512_a-attn_avx512.$(OBJEXT)
+	lib/kernels/libmoe_avx512_a-attn_avx512.$(OBJEXT) \
+	lib/kernels/libmoe_avx2_a-repack_avx2.$(OBJEXT) \
+	lib/kernels/libmoe_avx512_a-repack_avx512.$(OBJEXT)
 endif
 EXTRA_DIST += lib/kernels/avx2.c lib/kernels/avx512.c lib/kernels/attn_avx2.c \
-	lib/kernels/attn_avx512.c lib/kernels/avxvnni.c
+	lib/kernels/attn_avx512.c lib/kernels/avxvnni.c lib/kernels/repack_avx2.c \
+	lib/kernels/repack_avx512.c
 
 check_PROGRAMS += tests/unit/t-kernels
 TESTS += tests/unit/t-kernels tests/unit/t-kernels-generic.sh tests/unit/t-kernels-isa.sh
@@ -42,6 +49,12 @@ EXTRA_DIST += tests/unit/t-kernels-generic.sh tests/unit/t-kernels-isa.sh
 check_PROGRAMS += tests/unit/t-attn
 TESTS += tests/unit/t-attn
 tests_unit_t_attn_LDADD = $(MOE_LIBS)
+
+# The repacked layouts: transform, and their products equal to the plain
+# ones bit for bit on every level.
+check_PROGRAMS += tests/unit/t-repack
+TESTS += tests/unit/t-repack
+tests_unit_t_repack_LDADD = $(MOE_LIBS)
 
 # Micro-benchmark (not a test): make tests/unit/bench-kernels
 noinst_PROGRAMS += tests/unit/bench-kernels

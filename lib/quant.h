@@ -61,6 +61,19 @@ typedef enum moe_dtype {
 	MOE_DTYPE_MAX = 40 /* ids are < MOE_DTYPE_MAX */
 } moe_dtype;
 
+/* Kernel types of repacked layouts (quant/repack.c): in-memory ids, never
+ * written to a file.  A tensor stored with a row-interleaved UTH layout
+ * (uth.h, MOE_UTH_LAYOUT_R4) is bound with the kernel type
+ * moe_repack_ktype(dtype, layout); its traits are the base type's (same
+ * bytes per row, same activation type), so row strides and scratch sizes
+ * stay what they were, and the kernel tables (kernels.h) hold its own
+ * products.  moe_type_get() knows these ids; moe_type_from_name() and the
+ * file readers do not. */
+enum {
+	MOE_Q8_0_R4 = 64, /* Q8_0, four rows interleaved (moe_block_q8_0x4) */
+	MOE_KTYPE_MAX = 65 /* kernel table size: dtypes and kernel types */
+};
+
 typedef void (*moe_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*moe_from_float_fn)(const float *src, void *dst, int64_t n);
 
@@ -202,6 +215,7 @@ typedef struct moe_quant_opts {
 	int plan_n_layer, plan_n_expert;
 	const char *plan_desc;         /* for the metadata */
 	bool allow_requantize;
+	bool repack;                   /* write the row-interleaved layout where it applies */
 	int threads;
 	moe_quant_progress_fn progress;
 	void *progress_ctx;
@@ -222,6 +236,60 @@ int moe_quant_assign(const moe_uth *u, const moe_quant_opts *o, int *types, moe_
 /* Quantise o->in into o->out (atomically; no output is left on error).
  * Returns 0 or the first error (input format, checksum, truncation, I/O). */
 int moe_quant_model(const moe_quant_opts *o, moe_quant_result *res, moe_error *e);
+
+/* ------------------------------------ repacked layouts (quant/repack.c) */
+
+/* A repacked layout stores a matrix's rows in groups of four, block column
+ * by block column, each column's four scales before their codes (the UTH
+ * man page, LAYOUTS): a tile of four rows is one contiguous stream, and a
+ * kernel computes four rows per pass over the activations.  Only matrices
+ * the engine multiplies (not the embedding table, which it reads by row)
+ * with a whole number of row groups can be repacked. */
+
+/* The kernel type for a tensor of `dtype` stored with UTH `layout`: dtype
+ * itself for the plain layout, MOE_Q8_0_R4 etc. for a repacked one, -1 if
+ * the pair has no kernel type. */
+int moe_repack_ktype(int dtype, unsigned layout);
+/* The base (file) dtype of a kernel type: itself for a file dtype. */
+int moe_repack_base(int ktype);
+/* Rows per group of a layout (1 for plain, 4 for R4; 0 if unknown). */
+unsigned moe_repack_rows(unsigned layout);
+/* Name of a layout for messages and --info ("plain", "r4"; NULL if
+ * unknown). */
+const char *moe_repack_layout_name(unsigned layout);
+/* 0 if a tensor of this dtype, shape and role may be stored with `layout`;
+ * otherwise MOE_EFORMAT with a message (no file or tensor prefix) in msg:
+ * a dtype without the layout, not a 2-D matrix, rows not a multiple of the
+ * group, or a role the engine does not multiply. */
+int moe_repack_check(unsigned layout, int dtype, uint8_t n_dims, const uint32_t ne[4], int role,
+		     char *msg, size_t msg_n);
+/* True if moe_repack_check accepts layout R4 for the tensor (writers use it
+ * to choose which tensors --repack changes). */
+bool moe_repack_eligible(int dtype, uint8_t n_dims, const uint32_t ne[4], int role);
+/* Repack one group of rows: `plain` holds moe_repack_rows(layout) rows of
+ * `cols` elements of dtype (row_bytes apart), `out` receives them in the
+ * layout (the same number of bytes).  moe_unrepack_group is the inverse. */
+void moe_repack_group(unsigned layout, int dtype, int64_t cols, const void *plain, void *out);
+void moe_unrepack_group(unsigned layout, int dtype, int64_t cols, const void *packed,
+			void *plain);
+
+/* A moe_uth_fill_fn that repacks what another produces: set the fields
+ * below, pass the struct as the fill context, free with
+ * moe_repack_fill_free().  Reads the inner fill in order, one row group at
+ * a time (starting again when asked for offset 0, as the pipe writer's two
+ * passes do). */
+typedef struct moe_repack_fill {
+	int (*inner)(void *ctx, uint64_t off, void *buf, size_t n, moe_error *e);
+	void *inner_ctx;
+	unsigned layout;
+	int dtype;
+	int64_t cols;
+	/* private */
+	uint8_t *plain, *packed;
+	uint64_t group;   /* group held in packed, or UINT64_MAX */
+} moe_repack_fill;
+int moe_repack_fill_fn(void *ctx, uint64_t off, void *buf, size_t n, moe_error *e);
+void moe_repack_fill_free(moe_repack_fill *f);
 
 /* ----------------------------------- per-expert precision (quant/plan.c) */
 

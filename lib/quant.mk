@@ -3,7 +3,7 @@
 noinst_HEADERS += lib/quant.h lib/quant/blocks.h
 lib_libmoecore_a_SOURCES += lib/quant/types.c lib/quant/legacy.c lib/quant/kquants.c \
 	lib/quant/search.c lib/quant/rows.c \
-	lib/quant/recipe.c lib/quant/imatrix.c lib/quant/model.c lib/quant/plan.c
+	lib/quant/recipe.c lib/quant/imatrix.c lib/quant/model.c lib/quant/plan.c lib/quant/repack.c
 
 check_PROGRAMS += tests/unit/t-quant
 TESTS += tests/unit/t-quant
@@ -16,3 +16,8 @@ tests_unit_t_quant_search_LDADD = $(MOE_LIBS)
 check_PROGRAMS += tests/unit/t-quant-imatrix
 TESTS += tests/unit/t-quant-imatrix
 tests_unit_t_quant_imatrix_LDADD = $(MOE_LIBS)
+
+# Repacked (row-interleaved) models end to end: the plain model's logits on
+# every kernel set, the numpy reference, the expert store, moe-quant --repack.
+TESTS += tests/cli/t0432-engine-repack.sh
+EXTRA_DIST += tests/cli/t0432-engine-repack.sh

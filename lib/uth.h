@@ -38,6 +38,9 @@
 
 /* Data layouts (record byte 3). */
 #define MOE_UTH_LAYOUT_PLAIN 0u /* rows of ne[0] elements, blocks in order */
+/* Rows interleaved in groups of four, block column by block column, scales
+ * first (man/uth.5 LAYOUTS; quant.h moe_repack_*): Q8_0 matrices only. */
+#define MOE_UTH_LAYOUT_R4 1u
 
 /* Tensor roles: stable on-disk ids, never renumbered.  Names equal the GGUF
  * base tensor names ("attn_q" for "blk.N.attn_q.weight"). */
@@ -112,7 +115,8 @@ typedef struct moe_uth_tensor {
 	uint16_t expert;       /* MOE_UTH_NONE if not an expert's tensor */
 	uint16_t role;         /* enum moe_uth_role */
 	uint8_t n_dims;        /* 1..4 */
-	uint8_t layout;        /* MOE_UTH_LAYOUT_* */
+	uint8_t layout;        /* MOE_UTH_LAYOUT_*; the reader has checked it fits
+				* the dtype, shape and role (moe_repack_check) */
 	uint32_t ne[4];        /* shape, fastest dimension first; unused = 1 */
 	uint64_t offset;       /* absolute file offset of the data, 4096-aligned */
 	uint64_t size;         /* bytes of data */

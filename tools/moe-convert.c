@@ -28,6 +28,8 @@ static void help(void)
 	       "                    tensors always keep theirs\n"
 	       "      --reference-quant  with a quantised --type: ggml's round-to-nearest\n"
 	       "                    reference bytes instead of moe-quant's search\n"
+	       "      --repack      store Q8_0 matrices in the row-interleaved layout r4\n"
+	       "                    (four rows per block column; uth(5) LAYOUTS)\n"
 	       "  -i, --info        print a summary of FILE (.uth or .gguf)\n"
 	       "      --json        with --info: print JSON instead of text\n"
 	       "      --verify      check the header and every tensor checksum of FILE\n"
@@ -52,11 +54,12 @@ static int finish_stdout(void)
 int main(int argc, char **argv)
 {
 	cli_init(argv[0]);
-	enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON, OPT_VERIFY, OPT_REFERENCE };
+	enum { OPT_HELP = 256, OPT_VERSION, OPT_JSON, OPT_VERIFY, OPT_REFERENCE, OPT_REPACK };
 	static const struct option longopts[] = {
 		{"type", required_argument, NULL, 't'}, {"info", no_argument, NULL, 'i'},
 		{"json", no_argument, NULL, OPT_JSON},   {"verify", no_argument, NULL, OPT_VERIFY},
 		{"reference-quant", no_argument, NULL, OPT_REFERENCE},
+		{"repack", no_argument, NULL, OPT_REPACK},
 		{"quiet", no_argument, NULL, 'q'},       {"help", no_argument, NULL, OPT_HELP},
 		{"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0},
 	};
@@ -74,6 +77,7 @@ int main(int argc, char **argv)
 		case OPT_JSON: json = true; break;
 		case OPT_VERIFY: verify = true; break;
 		case OPT_REFERENCE: o.reference_quant = true; break;
+		case OPT_REPACK: o.repack = true; break;
 		case 'q': quiet = true; break;
 		case OPT_HELP: help(); return 0;
 		case OPT_VERSION: print_version(); return 0;

@@ -34,6 +34,8 @@ static void help(void)
 	       "                            q2_k,q3_k,q4_k,q5_k,q6_k)\n"
 	       "      --allow-requantize    requantise tensors that are already quantised\n"
 	       "                            (lower quality than from F16/BF16; warns)\n"
+	       "      --repack              store Q8_0 matrices in the row-interleaved layout\n"
+	       "                            r4 (four rows per block column; uth(5) LAYOUTS)\n"
 	       "  -n, --dry-run             print each tensor's type (and the expert plan),\n"
 	       "                            write nothing\n"
 	       "  -j, --threads=N           threads (default: the cores)\n"
@@ -151,7 +153,7 @@ int main(int argc, char **argv)
 {
 	cli_init(argv[0]);
 	enum { OPT_HELP = 256, OPT_VERSION, OPT_TT, OPT_IMATRIX, OPT_PROFILE, OPT_SIZE,
-	       OPT_LADDER, OPT_REQ };
+	       OPT_LADDER, OPT_REQ, OPT_REPACK };
 	static const struct option longopts[] = {
 		{"type", required_argument, NULL, 't'},
 		{"tensor-type", required_argument, NULL, OPT_TT},
@@ -160,6 +162,7 @@ int main(int argc, char **argv)
 		{"size", required_argument, NULL, OPT_SIZE},
 		{"ladder", required_argument, NULL, OPT_LADDER},
 		{"allow-requantize", no_argument, NULL, OPT_REQ},
+		{"repack", no_argument, NULL, OPT_REPACK},
 		{"dry-run", no_argument, NULL, 'n'},
 		{"threads", required_argument, NULL, 'j'},
 		{"quiet", no_argument, NULL, 'q'},
@@ -211,6 +214,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_REQ: o.allow_requantize = true; break;
+		case OPT_REPACK: o.repack = true; break;
 		case 'n': dry = true; break;
 		case 'j': o.threads = (int)cli_parse_long("--threads", optarg, 1, 1024); break;
 		case 'q': quiet = true; break;

@@ -46,6 +46,7 @@ typedef struct plan_tensor {
 	int64_t row_idx;
 	float *fbuf;
 	uint64_t sort_key;
+	moe_repack_fill repack; /* --repack: wraps plan_fill (desc.layout R4) */
 	/* A gather (MLA's per-head k_b/v_b from kv_b, gpt-oss's interleaved
 	 * and transposed experts): output element (i2, i1, i0) is source
 	 * element g_base + i2 g_stride[2] + i1 g_stride[1] + i0 g_stride[0],
@@ -76,6 +77,7 @@ typedef struct plan {
 	moe_src *mem_src[4]; /* tensors made from config.json values */
 	size_t n_mem_src;
 	bool reference_quant; /* moe_convert_opts.reference_quant */
+	bool repack;          /* moe_convert_opts.repack */
 } plan;
 
 static int plan_push(plan *p, plan_tensor **out, moe_error *e)
@@ -103,6 +105,7 @@ static void plan_free(plan *p)
 		free(p->t[i].g_src);
 		free(p->t[i].mx_blocks);
 		free(p->t[i].mx_scales);
+		moe_repack_fill_free(&p->t[i].repack);
 	}
 	for (size_t i = 0; i < p->n_mem_src; i++)
 		moe_src_close(p->mem_src[i]);
@@ -1085,8 +1088,21 @@ static int add_plan_to_writer(plan *p, moe_uth_writer *w, moe_error *e)
 	if (p->n)
 		qsort(p->t, p->n, sizeof *p->t, cmp_plan);
 	for (size_t i = 0; i < p->n; i++) {
-		p->t[i].desc.name = p->t[i].name;
-		MOE_TRY(moe_uth_writer_add(w, &p->t[i].desc, plan_fill, &p->t[i], e));
+		plan_tensor *t = &p->t[i];
+		t->desc.name = t->name;
+		/* --repack: the matrices with a row-interleaved layout get it,
+		 * rows repacked as they are produced (quant/repack.c). */
+		if (p->repack && moe_repack_eligible(t->desc.dtype, t->desc.n_dims, t->desc.ne,
+						     t->desc.role)) {
+			t->desc.layout = MOE_UTH_LAYOUT_R4;
+			t->repack = (moe_repack_fill){.inner = plan_fill, .inner_ctx = t,
+						      .layout = MOE_UTH_LAYOUT_R4,
+						      .dtype = t->desc.dtype,
+						      .cols = t->desc.ne[0]};
+			MOE_TRY(moe_uth_writer_add(w, &t->desc, moe_repack_fill_fn, &t->repack, e));
+			continue;
+		}
+		MOE_TRY(moe_uth_writer_add(w, &t->desc, plan_fill, t, e));
 	}
 	return 0;
 }
@@ -1113,13 +1129,14 @@ static void conversion_free(conversion *c)
 }
 
 static int conversion_prepare(conversion *c, const char *input, int out_type,
-			      bool reference_quant, moe_error *e)
+			      bool reference_quant, bool repack, moe_error *e)
 {
 	memset(c, 0, sizeof *c);
 	moe_arena_init(&c->plan.arena, 0);
 	moe_arena_init(&c->vocab_arena, 0);
 	c->plan.input = input;
 	c->plan.reference_quant = reference_quant;
+	c->plan.repack = repack;
 	MOE_TRY(source_open(&c->src, input, e));
 	const char *name = NULL, *src_arch = NULL, *fmt, *gen = NULL;
 	if (c->src.gguf) {
@@ -1217,7 +1234,7 @@ int moe_convert(const moe_convert_opts *o, moe_error *e)
 	if (o->out_type >= 0 && !moe_convert_type_ok(o->out_type))
 		return moe_err(e, MOE_EINVAL, "--type must be one of %s", MOE_CONVERT_TYPES);
 	conversion c;
-	int rc = conversion_prepare(&c, o->input, o->out_type, o->reference_quant, e);
+	int rc = conversion_prepare(&c, o->input, o->out_type, o->reference_quant, o->repack, e);
 	if (rc == 0)
 		rc = check_output(&c, o->input, o->output, e);
 	if (rc == 0) {
@@ -1255,6 +1272,7 @@ static json_t *summarise(const char *path, const char *format, const json_t *met
 		json_object_set(info, "tokenizer", tok);
 	json_object_set_new(info, "vocab_only", json_boolean(flags & MOE_UTH_FLAG_VOCAB_ONLY));
 	json_t *types = json_object();
+	json_t *layouts = json_object(); /* layout name -> tensors */
 	uint64_t total = 0, n_weights = 0;
 	/* experts per layer: the distinct expert indices seen in each layer */
 	json_t *epl = json_array();
@@ -1272,6 +1290,10 @@ static json_t *summarise(const char *path, const char *format, const json_t *met
 				    json_integer(json_integer_value(json_object_get(c, "tensors")) + 1));
 		json_object_set_new(c, "bytes", json_integer(json_integer_value(json_object_get(c, "bytes")) +
 							     (json_int_t)t->size));
+		const char *ln = moe_repack_layout_name(t->layout);
+		ln = ln ? ln : "?";
+		json_object_set_new(layouts, ln,
+				    json_integer(json_integer_value(json_object_get(layouts, ln)) + 1));
 		total += t->size;
 		if (t->role < MOE_UTH_ROLE_TOKENIZER_TOKENS || t->role > MOE_UTH_ROLE_TOKENIZER_MERGE_OFFSETS) {
 			uint64_t el = (uint64_t)t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
@@ -1289,6 +1311,7 @@ static json_t *summarise(const char *path, const char *format, const json_t *met
 	json_object_set_new(info, "bytes", json_integer((json_int_t)total));
 	json_object_set_new(info, "n_params", json_integer((json_int_t)n_weights));
 	json_object_set_new(info, "dtypes", types);
+	json_object_set_new(info, "layouts", layouts);
 	json_object_set_new(info, "experts_per_layer", epl);
 	json_object_set(info, "chat_template", json_object_get(meta, "chat_template"));
 	if (json_object_get(meta, "provenance"))
@@ -1328,7 +1351,7 @@ int moe_model_info(const char *path, json_t **out, moe_error *e)
 	if (memcmp(magic, "GGUF", 4))
 		return moe_err(e, MOE_EFORMAT, "%s: neither a UTH nor a GGUF file", path);
 	conversion c;
-	rc = conversion_prepare(&c, path, -1, false, e);
+	rc = conversion_prepare(&c, path, -1, false, false, e);
 	if (rc == 0)
 		*out = summarise(path, "gguf", c.meta, moe_uth_writer_count(c.w), writer_get, c.w,
 				 c.plan.n ? 0 : MOE_UTH_FLAG_VOCAB_ONLY);
@@ -1428,6 +1451,10 @@ char *moe_model_info_text(const json_t *info)
 		appendf(&buf, &len, &cap, "  %-8s %6lld tensors %12s\n", tn,
 			(long long)json_integer_value(json_object_get(tv, "tensors")), hb);
 	}
+	appendf(&buf, &len, &cap, "layouts:      ");
+	json_object_foreach((json_t *)json_object_get(info, "layouts"), tn, tv)
+		appendf(&buf, &len, &cap, " %s %lld", tn, (long long)json_integer_value(tv));
+	appendf(&buf, &len, &cap, "\n");
 	const json_t *epl = json_object_get(info, "experts_per_layer");
 	if (json_array_size(epl)) {
 		appendf(&buf, &len, &cap, "experts per layer:");

@@ -515,11 +515,12 @@ static int check_record(const char *fn, moe_uth *u, const moe_uth_hdr *h, uint64
 
 	if (moe_uth_le32(rec + MOE_UTH_R_RESERVED) != 0)
 		return TERR(MOE_EFORMAT, "reserved bytes 52..55 are not zero");
-	if (!moe_type_get(t->dtype))
+	/* Kernel-type ids (quant.h, >= MOE_DTYPE_MAX) never appear in a file. */
+	if (t->dtype >= MOE_DTYPE_MAX || !moe_type_get(t->dtype))
 		return TERR(MOE_EUNSUPPORTED, "dtype %u is unknown", t->dtype);
 	if (!moe_uth_role_name(t->role))
 		return TERR(MOE_EFORMAT, "role %u is unknown", t->role);
-	if (t->layout != MOE_UTH_LAYOUT_PLAIN)
+	if (!moe_repack_layout_name(t->layout))
 		return TERR(MOE_EUNSUPPORTED, "layout %u is unknown", t->layout);
 	if (t->scale_offset != 0)
 		return TERR(MOE_EFORMAT, "scale_offset %u must be 0 for layout %u",
@@ -529,6 +530,11 @@ static int check_record(const char *fn, moe_uth *u, const moe_uth_hdr *h, uint64
 		char m2[256];
 		memcpy(m2, msg, sizeof(m2));
 		return TERR(rc, "%s", m2);
+	}
+	if (moe_repack_check(t->layout, t->dtype, t->n_dims, t->ne, t->role, msg, sizeof(msg)) < 0) {
+		char m2[256];
+		memcpy(m2, msg, sizeof(m2));
+		return TERR(MOE_EFORMAT, "%s", m2);
 	}
 	if (t->size != nb)
 		return TERR(MOE_EFORMAT, "data_size %llu does not match dtype %s and shape "

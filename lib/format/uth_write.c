@@ -121,9 +121,12 @@ int moe_uth_writer_add(moe_uth_writer *w, const moe_uth_tensor *desc, moe_uth_fi
 	if (!moe_uth_role_name(d.role))
 		return moe_err(e, MOE_EINVAL, "uth writer: tensor '%s': role %u is unknown",
 			       d.name, d.role);
-	if (d.layout != MOE_UTH_LAYOUT_PLAIN)
+	if (!moe_repack_layout_name(d.layout))
 		return moe_err(e, MOE_EINVAL, "uth writer: tensor '%s': layout %u is unknown",
 			       d.name, d.layout);
+	if (d.dtype >= MOE_DTYPE_MAX)
+		return moe_err(e, MOE_EINVAL, "uth writer: tensor '%s': dtype %u is unknown",
+			       d.name, d.dtype);
 	if (d.scale_offset != 0)
 		return moe_err(e, MOE_EINVAL, "uth writer: tensor '%s': scale_offset must be 0 "
 			       "for layout %u", d.name, d.layout);
@@ -135,6 +138,8 @@ int moe_uth_writer_add(moe_uth_writer *w, const moe_uth_tensor *desc, moe_uth_fi
 	if (rc < 0)
 		return moe_err(e, rc == MOE_ERANGE ? MOE_ERANGE : MOE_EINVAL,
 			       "uth writer: tensor '%s': %s", d.name, msg);
+	if (moe_repack_check(d.layout, d.dtype, d.n_dims, d.ne, d.role, msg, sizeof(msg)) < 0)
+		return moe_err(e, MOE_EINVAL, "uth writer: tensor '%s': %s", d.name, msg);
 	/* name_offset is a u32 in the record. */
 	if (w->names_size + len + 1 > UINT32_MAX)
 		return moe_err(e, MOE_ERANGE, "uth writer: tensor '%s': names exceed 4 GiB",

@@ -27,6 +27,18 @@ static void (*const fill[MOE_ISA_COUNT])(moe_kernels *) = {
 #endif
 };
 
+/* The repacked-layout kernels of each level (repack_*.c), added after
+ * the level's own.  AVX-VNNI runs AVX2's float sequence (avx2_body.h), so
+ * it takes AVX2's. */
+static void (*const fill_repack[MOE_ISA_COUNT])(moe_kernels *) = {
+	[MOE_ISA_GENERIC] = moe_repack_fill_generic,
+#if MOE_X86_KERNELS
+	[MOE_ISA_AVX2] = moe_repack_fill_avx2,
+	[MOE_ISA_AVX512] = moe_repack_fill_avx512,
+	[MOE_ISA_AVXVNNI] = moe_repack_fill_avx2,
+#endif
+};
+
 static void build_tables(void)
 {
 	unsigned f = moe_cpu_features();
@@ -42,6 +54,8 @@ static void build_tables(void)
 		if (info->parent >= 0)
 			tables[isa] = tables[info->parent];
 		fill[isa](&tables[isa]);
+		if (fill_repack[isa])
+			fill_repack[isa](&tables[isa]);
 		tables[isa].isa = (moe_isa)isa;
 		table_ok[isa] = true;
 	}
@@ -72,7 +86,8 @@ int moe_kernels_check(const moe_kernels *k, int dtype, int64_t cols, moe_error *
 {
 	const moe_type_traits *t = moe_type_get(dtype);
 
-	if (!t || !k || !k->vec_dot[dtype])
+	/* A repacked kernel type has only a gemm (its rows are not apart). */
+	if (!t || !k || (!k->vec_dot[dtype] && !(dtype >= MOE_DTYPE_MAX && k->gemm[dtype])))
 		return moe_err(e, MOE_EUNSUPPORTED, "no matrix product kernel for weight type %s",
 			       moe_type_name(dtype));
 	if (cols <= 0 || cols % t->block_size)

@@ -16,6 +16,10 @@ void moe_kernels_fill_generic(moe_kernels *k);
 void moe_kernels_fill_avx2(moe_kernels *k);
 void moe_kernels_fill_avx512(moe_kernels *k);
 void moe_kernels_fill_avxvnni(moe_kernels *k);
+/* The repacked-layout kernels per level (repack_*.c) */
+void moe_repack_fill_generic(moe_kernels *k);
+void moe_repack_fill_avx2(moe_kernels *k);
+void moe_repack_fill_avx512(moe_kernels *k);
 /* The attention tile per level (attn_*.c) */
 void moe_attn_generic(const moe_attn_tile *t);
 void moe_attn_avx2(const moe_attn_tile *t);

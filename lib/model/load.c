@@ -41,13 +41,19 @@ static int get_heads(moe_model *m, const char *name, int64_t heads, int64_t rows
 			       "%s: tensor '%s' has shape [%u, %u, %u, %u], expected [%lld, %lld, %lld]",
 			       m->file->path, name, t->ne[0], t->ne[1], t->ne[2], t->ne[3],
 			       (long long)cols, (long long)rows, (long long)heads);
-	if (moe_kernels_check(moe_kernels_get(), t->dtype, t->ne[0], e) < 0)
+	/* A repacked layout is bound as its kernel type (quant.h): the same
+	 * bytes, read in place by that layout's products. */
+	int kt = moe_repack_ktype(t->dtype, t->layout);
+	if (kt < 0)
+		return moe_err(e, MOE_EFORMAT, "%s: tensor '%s': layout %u has no kernels for %s",
+			       m->file->path, name, t->layout, moe_type_name(t->dtype));
+	if (moe_kernels_check(moe_kernels_get(), kt, t->ne[0], e) < 0)
 		return moe_err_prefix(e, "%s: tensor '%s'", m->file->path, name);
 	uint64_t rb;
-	MOE_TRY(moe_type_nbytes(t->dtype, t->ne[0], &rb, e));
+	MOE_TRY(moe_type_nbytes(kt, t->ne[0], &rb, e));
 	w->name = t->name;
 	w->data = moe_uth_data(m->file, t);
-	w->dtype = t->dtype;
+	w->dtype = kt;
 	w->rows = (int64_t)t->ne[1] * t->ne[2];
 	w->cols = t->ne[0];
 	w->row_bytes = (size_t)rb;

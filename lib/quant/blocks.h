@@ -69,6 +69,14 @@ typedef struct MOE_PACKED moe_block_q8_0 {
 } moe_block_q8_0;
 _Static_assert(sizeof(moe_block_q8_0) == 34, "q8_0 block size");
 
+/* Q8_0 in the R4 layout: block column b of four rows, their scales first
+ * (moe_repack_group). */
+typedef struct MOE_PACKED moe_block_q8_0x4 {
+	uint16_t d[4];
+	int8_t qs[4][MOE_QK];
+} moe_block_q8_0x4;
+_Static_assert(sizeof(moe_block_q8_0x4) == 4 * sizeof(moe_block_q8_0), "q8_0x4 block size");
+
 /* Q8_1: x = d * q; s caches d * sum(q) for the Q4_1/Q5_1 dot products. */
 typedef struct MOE_PACKED moe_block_q8_1 {
 	uint16_t d;

@@ -31,6 +31,7 @@ typedef struct qjob qjob;
 typedef struct tctx {
 	qjob *g;
 	size_t i;
+	moe_repack_fill repack; /* o->repack: wraps fill (layout R4) */
 } tctx;
 
 struct qjob {
@@ -101,6 +102,14 @@ int moe_quant_assign(const moe_uth *u, const moe_quant_opts *o, int *types, moe_
 	}
 	for (size_t i = 0; i < u->n_tensors; i++) {
 		const moe_uth_tensor *t = &u->tensors[i];
+		/* The quantisers read plain rows. */
+		if (t->layout != MOE_UTH_LAYOUT_PLAIN) {
+			rc = moe_err(e, MOE_EUNSUPPORTED, "%s: tensor '%s' is repacked (layout %s): "
+				     "moe-quant reads plain layouts; convert or quantise from "
+				     "the original without --repack", u->path, t->name,
+				     moe_repack_layout_name(t->layout));
+			goto out;
+		}
 		int ty = moe_quant_recipe_type(&o->recipe, t, nl, ne);
 		bool matrix = ty >= 0;
 		/* the expert plan sets the routed experts' matrices */
@@ -373,7 +382,17 @@ int moe_quant_model(const moe_quant_opts *o, moe_quant_result *res, moe_error *e
 		d.dtype = (uint16_t)types[i];
 		g.ctx[i].g = &g;
 		g.ctx[i].i = i;
-		if ((rc = moe_uth_writer_add(w, &d, fill, &g.ctx[i], e)) < 0)
+		/* --repack: rows regrouped as fill produces them. */
+		if (o->repack && moe_repack_eligible(d.dtype, d.n_dims, d.ne, d.role)) {
+			d.layout = MOE_UTH_LAYOUT_R4;
+			g.ctx[i].repack = (moe_repack_fill){.inner = fill, .inner_ctx = &g.ctx[i],
+							    .layout = MOE_UTH_LAYOUT_R4,
+							    .dtype = d.dtype, .cols = d.ne[0]};
+			rc = moe_uth_writer_add(w, &d, moe_repack_fill_fn, &g.ctx[i].repack, e);
+		} else {
+			rc = moe_uth_writer_add(w, &d, fill, &g.ctx[i], e);
+		}
+		if (rc < 0)
 			goto done;
 		const moe_uth_tensor *wt = moe_uth_writer_tensor(w, i);
 		g.total_bytes += wt->size;
@@ -420,6 +439,8 @@ done:
 	free(g.inbuf);
 	free(g.fbuf);
 	free(g.fifo);
+	for (size_t i = 0; g.ctx && i < n; i++)
+		moe_repack_fill_free(&g.ctx[i].repack);
 	free(g.ctx);
 	free(types);
 	free(meta);

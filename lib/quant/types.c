@@ -324,8 +324,33 @@ static const moe_type_traits traits[MOE_DTYPE_MAX] = {
 	},
 };
 
+/* The R4 kernel type's bytes decoded in storage order: per block column
+ * the four rows' 32 values in row order (n a multiple of 128; used only
+ * where a kernel type must have a decoder, never on a row). */
+static void q8_0_r4_to_float(const void *src, float *dst, int64_t n)
+{
+	const moe_block_q8_0x4 *b = src;
+	for (int64_t i = 0; i < n / (4 * MOE_QK); i++)
+		for (int r = 0; r < 4; r++) {
+			float d = moe_f16_to_f32(b[i].d[r]);
+			for (int j = 0; j < MOE_QK; j++)
+				*dst++ = d * (float)b[i].qs[r][j];
+		}
+}
+
+/* Kernel types of repacked layouts (quant.h): the base type's sizes and
+ * activation type; no encoder (moe_repack_group makes them). */
+static const moe_type_traits ktraits[MOE_KTYPE_MAX - 64] = {
+	[MOE_Q8_0_R4 - 64] = {
+		.name = "q8_0_r4", .block_size = MOE_QK, .type_size = sizeof(moe_block_q8_0),
+		.is_quantized = true, .to_float = q8_0_r4_to_float, .vec_dot_type = MOE_Q8_0,
+	},
+};
+
 const moe_type_traits *moe_type_get(int dtype)
 {
+	if (dtype >= 64 && dtype < MOE_KTYPE_MAX)
+		return &ktraits[dtype - 64];
 	if (dtype < 0 || dtype >= MOE_DTYPE_MAX || !traits[dtype].name)
 		return NULL;
 	return &traits[dtype];

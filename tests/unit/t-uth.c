@@ -580,7 +580,12 @@ MUT(m_before_data, wr64(REC(b, 0) + 24, 0))
 MUT(m_overlap, wr64(REC(b, 2) + 24, rd64(REC(b, 1) + 24)))
 MUT(m_adjacent, (wr16(REC(b, 3) + 46, 1), wr16(REC(b, 4) + 46, 0)))
 MUT(m_dup, (wr32(REC(b, 1) + 4, 0), wr16(REC(b, 1) + 50, 17)))
-MUT(m_layout, REC(b, 1)[3] = 1)
+MUT(m_layout, REC(b, 1)[3] = 9)
+MUT(m_layout_f16, REC(b, 1)[3] = 1)
+MUT(m_layout_role, (REC(b, 2)[3] = 1, wr16(REC(b, 2) + 48, 1)))
+MUT(m_layout_rows, (REC(b, 2)[3] = 1, wr32(REC(b, 2) + 8, 64), wr32(REC(b, 2) + 12, 2)))
+MUT(m_layout_ok, REC(b, 2)[3] = 1)
+MUT(m_dtype_ktype, wr16(REC(b, 2), 64))
 MUT(m_scale, wr32(REC(b, 1) + 40, 64))
 MUT(m_reserved_rec, REC(b, 3)[53] = 1)
 
@@ -641,7 +646,27 @@ static void test_malformed(void)
 	expect_bad("expert adjacency", m_adjacent, true, 0, "expert (layer 0, expert 0) is not "
 		   "adjacent");
 	expect_bad("duplicate names", m_dup, true, 0, "'token_embd.weight': duplicate name");
-	expect_bad("unknown layout", m_layout, true, 0, "layout 1 is unknown");
+	expect_bad("unknown layout", m_layout, true, 0, "layout 9 is unknown");
+	expect_bad("layout r4 on f16", m_layout_f16, true, 0,
+		   "layout 1 (r4) is not defined for dtype f16");
+	expect_bad("layout r4 on token_embd", m_layout_role, true, 0,
+		   "layout 1 (r4) is not allowed for role token_embd");
+	expect_bad("layout r4 with 2 rows", m_layout_rows, true, 0,
+		   "layout 1 (r4) needs a 2-D matrix with a multiple of 4 rows");
+	expect_bad("a kernel type id as dtype", m_dtype_ktype, true, 0, "dtype 64 is unknown");
+	{
+		uint8_t *b = malloc(img_len);
+		moe_error e = { 0 };
+		moe_uth *u = NULL;
+		memcpy(b, img, img_len);
+		m_layout_ok(b, img_len);
+		reseal(b, img_len);
+		int rc = moe_uth_parse("m.uth", b, img_len, &u, &e);
+		ok(rc == 0 && u->tensors[2].layout == MOE_UTH_LAYOUT_R4,
+		   "layout r4 on a q8_0 ffn_gate with 4 rows is read: %s", rc ? e.msg : "ok");
+		moe_uth_close(u);
+		free(b);
+	}
 	expect_bad("scale_offset with layout 0", m_scale, true, 0, "scale_offset 64");
 	expect_bad("non-zero reserved record bytes", m_reserved_rec, true, 0,
 		   "reserved bytes 52..55");
@@ -716,6 +741,10 @@ static void test_writer_checks(void)
 	expect_add_fail(w, d, "block size 32");
 	d = base, d.name = "b", d.layout = 2;
 	expect_add_fail(w, d, "layout 2 is unknown");
+	d = base, d.name = "b", d.layout = MOE_UTH_LAYOUT_R4;
+	expect_add_fail(w, d, "layout 1 (r4) is not defined for dtype");
+	d = base, d.name = "b", d.dtype = MOE_Q8_0_R4;
+	expect_add_fail(w, d, "dtype 64 is unknown");
 	d = base, d.name = "b", d.scale_offset = 8;
 	expect_add_fail(w, d, "scale_offset");
 	d = base, d.name = "";

@@ -1,0 +1,56 @@
+/* kernels/repack_avx2.c — the repacked-layout products at the AVX2 level.
+ *
+ * Each output runs avx2.c's plain Q8_0 float sequence (its "reduction
+ * order" comment): eight partials, lane j taking the blocks b with
+ * b % 8 == j, P = fma(float(S_b), dw_b * dx_b, P), then hsum8 in the same
+ * tree; so a repacked model's results are the plain model's bits.  The
+ * weights of a four-row group are one contiguous stream.
+ */
+#include <config.h>
+
+#include "kernels/repack_x86.h"
+
+/* avx2.c's hsum8. */
+INLINE float hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+static void q8_0_r4_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+			 size_t ldx, float *s, size_t lds)
+{
+	const int64_t nb = n / MOE_QK;
+
+	for (int r = 0; r + 4 <= nr; r += 4) {
+		const moe_block_q8_0x4 *g = (const void *)((const uint8_t *)w + (size_t)r * ldw);
+		for (int t = 0; t < nt; t++) {
+			const moe_block_q8_0 *y = (const void *)((const uint8_t *)x + (size_t)t * ldx);
+			__m256 P[4];
+			for (int i = 0; i < 4; i++)
+				P[i] = _mm256_setzero_ps();
+			for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+				const int nv = nb - b0 < 8 ? (int)(nb - b0) : 8;
+				uint16_t h[8];
+				rp_act_scales(y, b0, nv, h, 8);
+				const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const void *)h));
+				for (int i = 0; i < 4; i++) {
+					rp_row_scales(g, i, b0, nv, h, 8);
+					__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const void *)h));
+					__m256i S = rp_q8_0_sums8(g, i, y, b0, nv);
+					P[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(dw, dx),
+							       P[i]);
+				}
+			}
+			for (int i = 0; i < 4; i++)
+				s[(size_t)t * lds + (size_t)r + i] = hsum8(P[i]);
+		}
+	}
+}
+
+void moe_repack_fill_avx2(moe_kernels *k)
+{
+	k->gemm[MOE_Q8_0_R4] = q8_0_r4_gemm;
+}

@@ -1,0 +1,62 @@
+/* kernels/repack_avx512.c — the repacked-layout products at the AVX-512
+ * level.
+ *
+ * Each output runs avx512.c's plain Q8_0 float sequence (q8_0_tile):
+ * sixteen partials, lane j taking the blocks b with b % 16 == j,
+ * acc = fma(float(S_b), dw_b * dx_b, acc), then hsum16 in the same tree; so
+ * a repacked model's results are the plain model's bits.
+ */
+#include <config.h>
+
+#include "kernels/repack_x86.h"
+
+/* avx512.c's hsum16: lanes j + j+8, then + j+4, then + j+2, then the two
+ * that are left. */
+INLINE float hsum16(__m512 v)
+{
+	__m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
+				 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+	__m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	__m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+	return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+
+static void q8_0_r4_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+			 size_t ldx, float *s, size_t lds)
+{
+	const int64_t nb = n / MOE_QK;
+
+	for (int r = 0; r + 4 <= nr; r += 4) {
+		const moe_block_q8_0x4 *g = (const void *)((const uint8_t *)w + (size_t)r * ldw);
+		for (int t = 0; t < nt; t++) {
+			const moe_block_q8_0 *y = (const void *)((const uint8_t *)x + (size_t)t * ldx);
+			__m512 acc[4];
+			for (int i = 0; i < 4; i++)
+				acc[i] = _mm512_setzero_ps();
+			for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+				const int nv = nb - b0 < 16 ? (int)(nb - b0) : 16;
+				const int nv1 = nv > 8 ? nv - 8 : 0;
+				uint16_t h[16];
+				rp_act_scales(y, b0, nv, h, 16);
+				const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)h));
+				for (int i = 0; i < 4; i++) {
+					rp_row_scales(g, i, b0, nv, h, 16);
+					__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)h));
+					__m256i lo = rp_q8_0_sums8(g, i, y, b0, nv < 8 ? nv : 8);
+					__m256i hi = nv1 ? rp_q8_0_sums8(g, i, y, b0 + 8, nv1)
+							 : _mm256_setzero_si256();
+					__m512i S = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+					acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S),
+								 _mm512_mul_ps(dw, dx), acc[i]);
+				}
+			}
+			for (int i = 0; i < 4; i++)
+				s[(size_t)t * lds + (size_t)r + i] = hsum16(acc[i]);
+		}
+	}
+}
+
+void moe_repack_fill_avx512(moe_kernels *k)
+{
+	k->gemm[MOE_Q8_0_R4] = q8_0_r4_gemm;
+}
