@@ -114,12 +114,17 @@ void moe_engine_set_hidden_callback(moe_engine *eng, moe_hidden_fn fn, void *use
  * [n_rows x w->cols] floats, the exact values the kernels then quantise.
  * expert is the expert id for an expert's matrices, else -1; layer is -1 for
  * the output matrix.  Calls come from the stepping thread (with an observer
- * set, experts run one at a time over all threads).  Costs nothing unset. */
+ * set, experts run one at a time over all threads).  Costs nothing unset.
+ * n_parts > 1: w is a stack of n_parts matrices (deepseek2's per-head
+ * attn_k_b / attn_v_b, UTH shape [cols, rows / n_parts, n_parts]) and x
+ * multiplies matrix `part` only; every part sees the same tokens.  Else
+ * n_parts is 0 and x multiplies all of w. */
 typedef struct moe_matmul_obs {
 	const moe_weight *w;
 	int layer, expert;
 	const float *x;
 	int64_t n_rows;
+	int part, n_parts;
 } moe_matmul_obs;
 typedef void (*moe_observe_fn)(void *user, const moe_matmul_obs *o);
 void moe_engine_set_observer(moe_engine *eng, moe_observe_fn fn, void *user);

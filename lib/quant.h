@@ -176,6 +176,12 @@ void moe_imatrix_free(moe_imatrix *m);
  * when n_cols differs from earlier calls for the name; MOE_ENOMEM. */
 int moe_imatrix_add(moe_imatrix *m, const char *name, const float *x, int64_t n_rows,
 		    int64_t n_cols, moe_error *e);
+/* As moe_imatrix_add for matrix `part` of a stack of n_parts (a 3-D tensor
+ * used per slice, deepseek2's per-head attn_k_b / attn_v_b): the entry holds
+ * n_parts x n_cols values, part-major, as llama.cpp stores such tensors; its
+ * rows are counted with part 0 (every part sees the same rows). */
+int moe_imatrix_add_part(moe_imatrix *m, const char *name, const float *x, int64_t n_rows,
+			 int64_t n_cols, int part, int n_parts, moe_error *e);
 /* Mean squares of a tensor's n_cols columns (NULL if absent or another
  * width); *rows (may be NULL) gets the rows accumulated. */
 const float *moe_imatrix_get(const moe_imatrix *m, const char *name, int64_t n_cols,

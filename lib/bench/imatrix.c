@@ -3,7 +3,9 @@
  * an engine observer that adds the input rows of every weight product to a
  * moe_imatrix under the tensor's UTH name.  The engine calls the observer
  * for an expert's matrices with only the rows routed to that expert, so an
- * expert's importances are over its own tokens. */
+ * expert's importances are over its own tokens.  A stack of matrices used
+ * one at a time (deepseek2's per-head attn_k_b / attn_v_b) gets one set of
+ * columns per matrix, as llama.cpp stores it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +29,10 @@ static void observe(void *user, const moe_matmul_obs *o)
 	 * which moe_imatrix_add needs: it is not thread-safe */
 	if (s->rc < 0 || !o->w->name || o->n_rows <= 0)
 		return;
-	s->rc = moe_imatrix_add(s->im, o->w->name, o->x, o->n_rows, o->w->cols, s->e);
+	s->rc = o->n_parts > 1
+		? moe_imatrix_add_part(s->im, o->w->name, o->x, o->n_rows, o->w->cols, o->part,
+				       o->n_parts, s->e)
+		: moe_imatrix_add(s->im, o->w->name, o->x, o->n_rows, o->w->cols, s->e);
 }
 
 int moe_bench_imatrix(const moe_model *m, const char *text, size_t len,

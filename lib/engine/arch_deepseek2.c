@@ -128,6 +128,21 @@ static void heads_worker(void *arg, int ith, int nth)
 	}
 }
 
+/* The activation observer (moe_engine_set_observer) sees each head's
+ * product as matrix h of the stacked tensor: row t of head h is x + t*ldx +
+ * h*xs, one call per token (the rows are not contiguous). */
+static void observe_heads(moe_engine *eng, const moe_weight *w, int il, const float *x,
+			  int64_t ldx, int64_t xs, int B)
+{
+	if (!eng->observe_fn)
+		return;
+	int H = (int)eng->m->hp.n_head;
+	for (int h = 0; h < H; h++)
+		for (int t = 0; t < B; t++)
+			eng->observe_fn(eng->observe_user, &(moe_matmul_obs){
+				w, il, -1, x + t * ldx + h * xs, 1, h, H});
+}
+
 /* ----------------------------------------------------------- attention */
 
 typedef struct {
@@ -247,12 +262,14 @@ void moe_mla_attention(moe_engine *eng, int il, int B)
 	/* absorb: qcat[t, h] = Wkb[h] q_nope[t, h] ++ q_pe[t, h] */
 	heads_job absorb = {eng, &L->wk_b, lat, B, q, H * hd, hd, eng->ds.qcat, H * row, row,
 			    q + N};
+	observe_heads(eng, &L->wk_b, il, q, H * hd, hd, B);
 	moe_pool_run(eng->pool, heads_worker, &absorb);
 	mla_job j = {eng, il, B};
 	moe_pool_run(eng->pool, mla_worker, &j);
 	/* out of the latent space: att[t, h] = Wvb[h] o_lat[t, h] */
 	heads_job expand = {eng, &L->wv_b, hdv, B, eng->ds.olat, H * lat, lat, eng->att, H * hdv,
 			    hdv, NULL};
+	observe_heads(eng, &L->wv_b, il, eng->ds.olat, H * lat, lat, B);
 	moe_pool_run(eng->pool, heads_worker, &expand);
 	moe_fwd_matmul(eng, &L->wo, il, eng->att, B, eng->tmp, E);
 	float rs = (float)hp->residual_scale;

@@ -63,7 +63,7 @@ static void observe(moe_engine *eng, const moe_weight *w, int layer, int expert,
 		    int64_t n)
 {
 	if (eng->observe_fn)
-		eng->observe_fn(eng->observe_user, &(moe_matmul_obs){w, layer, expert, x, n});
+		eng->observe_fn(eng->observe_user, &(moe_matmul_obs){w, layer, expert, x, n, 0, 0});
 }
 
 /* Y[n x w->rows] (row stride ldy) = X[n x w->cols] W^T, over the pool. */
@@ -635,7 +635,11 @@ static void lookahead(moe_engine *eng, int il, int B)
 	int64_t E = hp->n_embd;
 	for (int t = 0; t < B; t++)
 		rmsnorm(eng->tmp + t * E, eng->x + t * E, N->ffn_norm, E, hp->norm_eps);
-	matmul(eng, &N->router, il + 1, eng->tmp, B, eng->router, nx);
+	/* a few tokens on the calling thread: a router is a few thousand dot
+	 * products a token, less than waking the pool costs */
+	moe_matmul(eng->k, B <= EXP_PAR_MAX ? NULL : eng->pool, N->router.dtype, N->router.data,
+		   N->router.rows, N->router.cols, eng->tmp, N->router.cols, B, eng->router, nx,
+		   eng->scratch);
 	uint64_t mask[4] = {0};
 	int32_t sel[64], ids[256], n = 0;
 	for (int t = 0; t < B; t++) {
@@ -655,7 +659,13 @@ static void compute_experts(moe_engine *eng, int il, int B, const int *which, in
 {
 	if (B <= EXP_PAR_MAX && !eng->observe_fn) {
 		expert_job j = {eng, which, n, 0, il};
-		moe_pool_run(eng->pool, expert_worker, &j);
+		/* one expert (a streamed expert that just arrived) is one thread's
+		 * work: run it here rather than wait for a worker to wake from its
+		 * sleep during the read just to find nothing left to take */
+		if (n == 1)
+			expert_worker(&j, 0, 1);
+		else
+			moe_pool_run(eng->pool, expert_worker, &j);
 		return;
 	}
 	/* each expert over all threads, for the tokens routed to it */

@@ -930,6 +930,44 @@ static void populate(uint8_t *p, size_t bytes)
 		((volatile uint8_t *)p)[o] = 0;
 }
 
+/* Bring the non-expert tensors into the page cache, exactly and now.
+ * MADV_WILLNEED reads at most the device's readahead size per call (8 MiB
+ * here), so most of a large tensor such as the token embeddings stayed on
+ * disk and each new token's row was a major fault, a synchronous disk read
+ * in the middle of the step.  Buffered reads on a descriptor marked
+ * POSIX_FADV_RANDOM read what is asked and no neighbouring expert pages;
+ * MADV_POPULATE_READ then maps the pages (no minor fault per page in the
+ * first step).  Failures only cost speed: the map still faults them in. */
+static void read_dense(store *s)
+{
+	const moe_uth *u = s->m->file;
+	int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+	size_t chunk = 4u << 20;
+	uint8_t *buf = fd >= 0 ? malloc(chunk) : NULL;
+	if (buf)
+		posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+	for (uint64_t t = 0; buf && t < u->n_tensors; t++) {
+		const moe_uth_tensor *ut = &u->tensors[t];
+		if (ut->expert != MOE_UTH_NONE || !ut->size)
+			continue;
+		uint64_t off = ut->offset / 4096 * 4096, end = round_up(ut->offset + ut->size, 4096);
+		for (uint64_t o = off; o < end;) {
+			ssize_t r = pread(fd, buf, end - o < chunk ? end - o : chunk, (off_t)o);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				break;
+			o += (uint64_t)r;
+		}
+#ifdef MADV_POPULATE_READ
+		madvise((void *)(u->map + off), end - off, MADV_POPULATE_READ);
+#endif
+	}
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+}
+
 /* Register the cache with io_uring as fixed buffers (whole slots, at most
  * 1 GiB each: the kernel's limit per buffer) so that a read does not pin
  * and unpin the slot's pages itself.  Registration locks the pages; where
@@ -1111,12 +1149,9 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	/* The map's expert pages are never touched now.  Readahead on a fault
 	 * in the dense part would pull neighbouring expert pages into the page
 	 * cache (megabytes per fault): no readahead on the map, and the dense
-	 * tensors, exactly, asked for ahead instead. */
+	 * tensors, exactly, read now instead. */
 	madvise((void *)u->map, round_up(u->file_size, 4096), MADV_RANDOM);
-	for (uint64_t t = 0; t < u->n_tensors; t++)
-		if (u->tensors[t].expert == MOE_UTH_NONE && u->tensors[t].size)
-			madvise((void *)(u->map + u->tensors[t].offset),
-				round_up(u->tensors[t].size, 4096), MADV_WILLNEED);
+	read_dense(s);
 	s->fd = p->buffered ? -1 : open(s->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	s->direct = s->fd >= 0;
 	if (s->fd < 0) {
@@ -1156,8 +1191,11 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	s->st.slot_bytes = s->slot_bytes;
 	if (p->profile && (rc = warm_start(s, e)) < 0)
 		goto fail;
-	if (!p->profile && s->n_slots == s->st.n_layer_experts && (rc = load_all(s, e)) < 0)
-		goto fail;
+	if (!p->profile && s->n_slots == s->st.n_layer_experts) {
+		if ((rc = load_all(s, e)) < 0)
+			goto fail;
+		s->pub.prefetch = NULL; /* nothing is ever missing: no lookahead to pay for */
+	}
 	moe_experts_reset_stats(&s->pub);
 	*out = &s->pub;
 	return 0;

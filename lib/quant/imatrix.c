@@ -97,21 +97,34 @@ static int add_entry(moe_imatrix *m, const char *name, size_t name_len, int64_t 
 int moe_imatrix_add(moe_imatrix *m, const char *name, const float *x, int64_t n_rows,
 		    int64_t n_cols, moe_error *e)
 {
-	if (n_cols <= 0 || n_rows < 0 || n_cols > (int64_t)1 << 30)
-		return moe_err(e, MOE_EINVAL, "imatrix: %s: bad shape %lld x %lld", name,
-			       (long long)n_rows, (long long)n_cols);
+	return moe_imatrix_add_part(m, name, x, n_rows, n_cols, 0, 1, e);
+}
+
+/* Part `part` of n_parts is columns part*n_cols.. of an entry of n_parts *
+ * n_cols columns (llama.cpp's layout for a stack of matrices); its rows are
+ * counted once, with part 0, as every part sees the same rows. */
+int moe_imatrix_add_part(moe_imatrix *m, const char *name, const float *x, int64_t n_rows,
+			 int64_t n_cols, int part, int n_parts, moe_error *e)
+{
+	if (n_cols <= 0 || n_rows < 0 || n_parts < 1 || part < 0 || part >= n_parts ||
+	    n_cols > ((int64_t)1 << 30) / n_parts)
+		return moe_err(e, MOE_EINVAL, "imatrix: %s: bad shape %lld x %lld (part %d of %d)",
+			       name, (long long)n_rows, (long long)n_cols, part, n_parts);
+	int64_t all = n_cols * n_parts;
 	entry *t = find(m, name);
 	if (!t)
-		MOE_TRY(add_entry(m, name, strlen(name), n_cols, &t, e));
-	if (t->n_cols != n_cols)
+		MOE_TRY(add_entry(m, name, strlen(name), all, &t, e));
+	if (t->n_cols != all)
 		return moe_err(e, MOE_EINVAL, "imatrix: %s: rows of %lld columns, earlier %lld",
-			       name, (long long)n_cols, (long long)t->n_cols);
+			       name, (long long)all, (long long)t->n_cols);
+	double *sums = t->sums + (int64_t)part * n_cols;
 	for (int64_t r = 0; r < n_rows; r++)
 		for (int64_t c = 0; c < n_cols; c++) {
 			double v = x[r * n_cols + c];
-			t->sums[c] += v * v;
+			sums[c] += v * v;
 		}
-	t->rows += (uint64_t)n_rows;
+	if (part == 0)
+		t->rows += (uint64_t)n_rows;
 	free(t->mean);
 	t->mean = NULL;
 	return 0;

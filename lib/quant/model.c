@@ -45,7 +45,8 @@ struct qjob {
 	size_t cur;
 	uint64_t rows, rows_done, in_row, out_row, in_done;
 	int64_t ncols;
-	const float *w;
+	const float *w;       /* importances, or NULL */
+	uint64_t w_rows;      /* > 0: w holds one set per w_rows rows (a stack of matrices) */
 	uint8_t *inbuf, *fifo;
 	float *fbuf;
 	size_t fifo_len, fifo_cap, batch_rows;
@@ -224,11 +225,17 @@ static int start_tensor(qjob *g, size_t i, moe_error *e)
 	g->in_done = 0;
 	g->fifo_len = 0;
 	g->w = NULL;
+	g->w_rows = 0;
 	if (to != t->dtype && g->o->imatrix) {
 		const char *role = moe_uth_role_name(t->role);
 		g->w = moe_imatrix_for(g->o->imatrix, t->name,
 				       t->layer == MOE_UTH_NONE ? -1 : t->layer,
 				       t->expert == MOE_UTH_NONE ? -1 : t->expert, role, g->ncols);
+		/* a 3-D tensor used matrix by matrix (deepseek2's per-head attn_k_b
+		 * / attn_v_b): one set of importances per matrix of ne[1] rows */
+		if (!g->w && t->ne[2] > 1 && t->ne[3] <= 1 &&
+		    (g->w = moe_imatrix_get(g->o->imatrix, t->name, g->ncols * t->ne[2], NULL)))
+			g->w_rows = t->ne[1];
 	}
 	size_t br = BATCH_BYTES / (sizeof(float) * (size_t)g->ncols);
 	g->batch_rows = br ? br : 1;
@@ -268,6 +275,12 @@ static int produce(qjob *g, moe_error *e)
 	uint64_t nr = g->rows - g->rows_done;
 	if (nr > g->batch_rows)
 		nr = g->batch_rows;
+	const float *w = g->w;
+	if (g->w_rows) { /* a batch within one matrix, with its importances */
+		uint64_t k = g->rows_done / g->w_rows, left = (k + 1) * g->w_rows - g->rows_done;
+		nr = nr < left ? nr : left;
+		w += k * (uint64_t)g->ncols;
+	}
 	MOE_TRY(moe_uth_stream_read(g->s, g->cur, g->inbuf, (size_t)(nr * g->in_row), e));
 	moe_type_get(t->dtype)->to_float(g->inbuf, g->fbuf, (int64_t)nr * g->ncols);
 	for (uint64_t k = 0; k < nr * (uint64_t)g->ncols; k++)
@@ -275,7 +288,7 @@ static int produce(qjob *g, moe_error *e)
 			return moe_err(e, MOE_EFORMAT, "%s: tensor '%s': row %llu holds a NaN or "
 				       "infinity", g->u->path, t->name,
 				       (unsigned long long)(g->rows_done + k / (uint64_t)g->ncols));
-	MOE_TRY(moe_quant_rows(to, g->fbuf, g->fifo + g->fifo_len, (int64_t)nr, g->ncols, g->w,
+	MOE_TRY(moe_quant_rows(to, g->fbuf, g->fifo + g->fifo_len, (int64_t)nr, g->ncols, w,
 			       g->pool, e));
 	g->rows_done += nr;
 	g->fifo_len += (size_t)(nr * g->out_row);

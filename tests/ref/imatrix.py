@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """imatrix.py -- an importance matrix computed by the numpy reference.
 
-  imatrix.py MODEL.uth TOKENS.txt OUT.dat [--ctx N]
+  imatrix.py MODEL.uth|MODEL.gguf TOKENS.txt OUT.dat [--ctx N] [--bos ID|none]
 
 Runs the reference forward pass (model.py) over the token ids in TOKENS.txt
 (white-space separated, e.g. from `moe-run --tokenize`) in windows of N
@@ -10,8 +10,13 @@ an expert only the tokens routed to it) and writes, per UTH tensor name,
 the mean square of each input column in llama.cpp's legacy imatrix.dat
 layout (ncall 1, values = the mean squares), which moe-quant --imatrix
 reads.  The model is read from the UTH file directly (blocks decoded by
-quants.py).  Used to measure what an importance matrix buys until
-moe-bench --imatrix, which needs an activation hook in the engine, exists.
+quants.py); a GGUF model is read by load.py, which also knows the second
+family of architectures (deepseek2 ...; their UTH metadata is not parsed
+here).  --bos: the token each window starts with (default: the model's BOS
+if its tokenizer adds one).  A stack of matrices used one at a time
+(deepseek2's attn_k_b / attn_v_b, one matrix per head) gets one set of
+columns per matrix, head-major, as llama.cpp stores it; its rows count the
+tokens once.  t0520 checks moe-bench --imatrix against it.
 """
 import json
 import os
@@ -88,18 +93,32 @@ def config(path, W):
 			qk_norm={'head': 'head', 'full': 'full'}.get(hp.get('qk_norm')))
 
 
-class Recorder(M.Model):
+class Recorder:
+	"""Mixed into a model class: records every product's input rows."""
+
 	def __init__(self, cfg, W):
 		super().__init__(cfg, W)
 		self.sums, self.rows = {}, {}
 
 	def matmul(self, x, name, e=None, rows=None, src=None):
+		x2 = (np.asarray(x, dtype=np.float64) ** 2).sum(0)
+		if e is not None and '_exps.' not in name:      # matrix e of a stack
+			parts = self.sums.setdefault(name, {})
+			parts[e] = parts.get(e, 0) + x2
+			if e == 0:
+				self.rows[name] = self.rows.get(name, 0) + x.shape[0]
+			return super().matmul(x, name, e, rows, src)
 		key = name if e is None else '%s.%d.%s' % (name.split('_exps.')[0], e,
 							   name.split('_exps.')[1])
-		x2 = (np.asarray(x, dtype=np.float64) ** 2).sum(0)
 		self.sums[key] = self.sums.get(key, 0) + x2
 		self.rows[key] = self.rows.get(key, 0) + x.shape[0]
 		return super().matmul(x, name, e, rows, src)
+
+	def mean_square(self, key):
+		s = self.sums[key]
+		if isinstance(s, dict):
+			s = np.concatenate([s[e] for e in range(len(s))])
+		return s / self.rows[key]
 
 	def swiglu(self, h, gate, up, down, e=None, rows=None, src=None):
 		# every product through matmul (the base class shortcuts it
@@ -114,14 +133,26 @@ def main(argv):
 		i = argv.index('--ctx')
 		ctx = int(argv[i + 1])
 		del argv[i:i + 2]
+	bos = 'model'
+	if '--bos' in argv:
+		i = argv.index('--bos')
+		bos = argv[i + 1]
+		del argv[i:i + 2]
 	if len(argv) != 3:
 		sys.stderr.write(__doc__)
 		return 2
 	path, tok_path, out = argv
-	W = UTHTensors(path)
-	cfg = config(path, W)
+	if path.endswith('.gguf'):
+		cfg, W = load.load(path, np.float64)
+		base = getattr(cfg, 'model_class', M.Model)
+	else:
+		W = UTHTensors(path)
+		cfg = config(path, W)
+		base = M.Model
+	if bos != 'model':
+		cfg.bos = None if bos == 'none' else int(bos)
 	toks = [int(t) for t in open(tok_path).read().split()]
-	m = Recorder(cfg, W)
+	m = type('Recording', (Recorder, base), {})(cfg, W)
 	for i in range(0, len(toks) - 1, ctx):
 		m.reset()
 		m.forward(([cfg.bos] if cfg.bos is not None else []) + toks[i:i + ctx])
@@ -129,7 +160,7 @@ def main(argv):
 		keys = [k for k in m.sums if not k.endswith('ffn_gate_inp.weight')]
 		f.write(struct.pack('<i', len(keys)))
 		for k in keys:
-			v = (m.sums[k] / m.rows[k]).astype('<f4')
+			v = m.mean_square(k).astype('<f4')
 			kb = k.encode()
 			f.write(struct.pack('<i', len(kb)) + kb + struct.pack('<ii', 1, v.size))
 			f.write(v.tobytes())

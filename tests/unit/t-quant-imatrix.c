@@ -39,6 +39,18 @@ static void test_accumulate(void)
 	is_int(moe_imatrix_add(m, "blk.0.ffn_up.1.weight", a, 1, 6, &e), MOE_EINVAL,
 	       "width change refused");
 	ok(strstr(e.msg, "ffn_up.1") != NULL, "message names the tensor");
+	/* a stack of 2 matrices of 3 columns (deepseek2's per-head products):
+	 * 6 columns, part-major; rows counted with part 0 */
+	ok(moe_imatrix_add_part(m, "blk.0.attn_v_b.weight", b, 1, 3, 1, 2, &e) == 0, "part 1 of 2");
+	ok(moe_imatrix_add_part(m, "blk.0.attn_v_b.weight", a, 2, 3, 0, 2, &e) == 0, "part 0 of 2");
+	const float *p = moe_imatrix_get(m, "blk.0.attn_v_b.weight", 6, &rows);
+	ok(p && rows == 2 && p[0] == 5 && p[1] == 2 && p[2] == 5 && p[3] == 2 && p[5] == 2,
+	   "parts: columns of their own, rows of part 0");
+	is_int(moe_imatrix_add_part(m, "blk.0.attn_v_b.weight", a, 1, 3, 2, 2, &e), MOE_EINVAL,
+	       "part 2 of 2: refused");
+	ok(strstr(e.msg, "attn_v_b") != NULL, "message names the tensor: %s", e.msg);
+	is_int(moe_imatrix_add_part(m, "blk.0.attn_v_b.weight", a, 1, 3, 0, 3, &e), MOE_EINVAL,
+	       "another number of parts: refused");
 
 	/* save / load: our format keeps sums and counts exactly */
 	char path[256];
