@@ -272,3 +272,22 @@ def for_weight(x, weight_type):
 	the activation format for quantised weights, unchanged for float ones."""
 	t = VEC_DOT_TYPE.get(weight_type)
 	return x if t is None else values(x, t).astype(np.asarray(x).dtype, copy=False)
+
+
+# BF16 weights on the engine's avx512bf16 level (ref.py --emulate act-bf16):
+# vdpbf16ps multiplies bf16 pairs, so the engine first rounds its float32
+# activation row to bfloat16 (the 16 high bits of a float32): to nearest,
+# ties to the even one, and a float32 denormal becomes a zero of its sign
+# (Intel SDM, VCVTNE2PS2BF16).  The products are then exact and summed in
+# float32; the reference multiplies the rounded values in float64.
+BF16 = 30                            # ggml type id
+
+
+def bf16_values(x):
+	"""x rounded as the engine rounds it for a BF16 weight on avx512bf16:
+	first to float32 (the engine's activations), then to bfloat16."""
+	f = np.asarray(x, dtype=np.float32)
+	u = f.view(np.uint32).astype(np.uint64)
+	r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+	tiny = np.abs(f) < np.float32(2.0 ** -126)
+	return np.where(tiny, np.copysign(np.float32(0), f), r).astype(np.asarray(x).dtype)

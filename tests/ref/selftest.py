@@ -620,6 +620,16 @@ def test_emulate_f16_and_tape():
 		raise Fail('f16 tie not recorded: %s' % tape.near)
 	got = A.round_f16(row, (A.Tape(0, [('k', 3, 0)]), 'k', np.array([3])))
 	expect_close('f16 flip', got, [[1 + 2 ** -10, 0.75, 1.0]], 0)
+	# act-bf16: bfloat16 steps by 2^-7 above 1; 1 + 2^-8 is a tie (to the
+	# even 1), 1 + 3 * 2^-8 a tie up to the even 1 + 2^-6, 1 + 2^-8 + 2^-20
+	# past the tie (up), a float32 denormal to a zero of its sign, and a
+	# value already bf16 unchanged
+	row = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8 + 2 ** -20), -2.0 ** -130,
+			0.75])
+	got = A.bf16_values(row)
+	expect_close('bf16 rounding', got, [1.0, 1 + 2 ** -6, -(1 + 2 ** -7), 0.0, 0.75], 0)
+	if not np.signbit(got[3]):
+		raise Fail('bf16 rounding: -denormal should give -0, got %r' % got[3])
 
 
 def test_emulate_models(qpath, fpath):
