@@ -23,7 +23,7 @@ typedef struct moe_convert_opts {
 	bool reference_quant; /* quantised out_type: ggml's round-to-nearest
 				 reference bytes instead of moe-quant's search
 				 (moe_quant_rows, no importance matrix) */
-	bool repack;        /* store the matrices that have one in the
+	bool repack;        /* store the matrices that have one (Q8_0, Q4_K) in the
 			       row-interleaved layout (UTH layout 1, r4) */
 } moe_convert_opts;
 

@@ -154,17 +154,18 @@ typedef enum {
 	MOE_ISA_GENERIC = 0,
 	MOE_ISA_AVX2 = 1,
 	MOE_ISA_AVX512 = 2,
-	MOE_ISA_AVXVNNI = 3, /* AVX2 + AVX-VNNI (vpdpbusd on ymm) */
-	MOE_ISA_COUNT        /* number of levels; keep last */
+	MOE_ISA_AVXVNNI = 3,    /* AVX2 + AVX-VNNI (vpdpbusd on ymm) */
+	MOE_ISA_AVX512BF16 = 4, /* AVX-512 + AVX512-BF16 (vdpbf16ps, BF16 weights) */
+	MOE_ISA_COUNT           /* number of levels; keep last */
 } moe_isa;
 
 /* Features of this CPU (cpuid + OS support via xgetbv) minus those named
  * in MOE_CPU_DISABLE, cached. */
 unsigned moe_cpu_features(void);
 /* The ISA level to use: the best the CPU supports (moe_cpu_isa_for), or
- * the one the environment variable MOE_ISA=generic|avx2|avxvnni|avx512 names
- * if the CPU supports it (otherwise the best, with a warning). Cached after
- * the first call. */
+ * the one the environment variable
+ * MOE_ISA=generic|avx2|avxvnni|avx512|avx512bf16 names if the CPU supports it
+ * (otherwise the best, with a warning). Cached after the first call. */
 moe_isa moe_cpu_isa(void);
 const char *moe_isa_name(moe_isa isa);
 /* Space-separated feature names, e.g. "avx2 fma f16c avx512f". */

@@ -1,5 +1,6 @@
-# lib/kernels.mk — compute kernels: generic C (always), AVX2, AVX-VNNI and AVX-512
-# (each its own object with its own flags, chosen at run time), matmul.
+# lib/kernels.mk — compute kernels: generic C (always), AVX2, AVX-VNNI, AVX-512
+# and AVX512-BF16 (each its own object with its own flags, chosen at run
+# time), matmul.
 noinst_HEADERS += lib/kernels.h lib/kernels/kernels_int.h lib/kernels/avx2_body.h
 lib_libmoecore_a_SOURCES += lib/kernels/kernels.c lib/kernels/generic.c lib/kernels/matmul.c
 # Products over the repacked (row-interleaved) layouts, one file per level.
@@ -15,7 +16,8 @@ lib_libmoecore_a_SOURCES += lib/kernels/attn_generic.c
 # kernels.c calls into them, after checking the CPU has every feature the
 # file is compiled with (lib/core/cpu.c's level table).  x86 hosts only.
 if MOE_X86_KERNELS
-noinst_LIBRARIES += lib/libmoe_avx2.a lib/libmoe_avxvnni.a lib/libmoe_avx512.a
+noinst_LIBRARIES += lib/libmoe_avx2.a lib/libmoe_avxvnni.a lib/libmoe_avx512.a \
+	lib/libmoe_avx512bf16.a
 lib_libmoe_avx2_a_SOURCES = lib/kernels/avx2.c lib/kernels/attn_avx2.c lib/kernels/repack_avx2.c
 # No contraction of a * b + c into fma behind the code's back: which
 # products are fused is part of the fixed reduction order that makes
@@ -27,17 +29,20 @@ lib_libmoe_avxvnni_a_CFLAGS = $(AM_CFLAGS) $(AVXVNNI_CFLAGS) -ffp-contract=off
 lib_libmoe_avx512_a_SOURCES = lib/kernels/avx512.c lib/kernels/attn_avx512.c \
 	lib/kernels/repack_avx512.c
 lib_libmoe_avx512_a_CFLAGS = $(AM_CFLAGS) $(AVX512_CFLAGS) -ffp-contract=off
+lib_libmoe_avx512bf16_a_SOURCES = lib/kernels/avx512bf16.c
+lib_libmoe_avx512bf16_a_CFLAGS = $(AM_CFLAGS) $(AVX512BF16_CFLAGS) -ffp-contract=off
 lib_libmoecore_a_LIBADD += lib/kernels/libmoe_avx2_a-avx2.$(OBJEXT) \
 	lib/kernels/libmoe_avx2_a-attn_avx2.$(OBJEXT) \
 	lib/kernels/libmoe_avxvnni_a-avxvnni.$(OBJEXT) \
 	lib/kernels/libmoe_avx512_a-avx512.$(OBJEXT) \
 	lib/kernels/libmoe_avx512_a-attn_avx512.$(OBJEXT) \
 	lib/kernels/libmoe_avx2_a-repack_avx2.$(OBJEXT) \
-	lib/kernels/libmoe_avx512_a-repack_avx512.$(OBJEXT)
+	lib/kernels/libmoe_avx512_a-repack_avx512.$(OBJEXT) \
+	lib/kernels/libmoe_avx512bf16_a-avx512bf16.$(OBJEXT)
 endif
 EXTRA_DIST += lib/kernels/avx2.c lib/kernels/avx512.c lib/kernels/attn_avx2.c \
 	lib/kernels/attn_avx512.c lib/kernels/avxvnni.c lib/kernels/repack_avx2.c \
-	lib/kernels/repack_avx512.c
+	lib/kernels/repack_avx512.c lib/kernels/avx512bf16.c
 
 check_PROGRAMS += tests/unit/t-kernels
 TESTS += tests/unit/t-kernels tests/unit/t-kernels-generic.sh tests/unit/t-kernels-isa.sh

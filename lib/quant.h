@@ -71,7 +71,8 @@ typedef enum moe_dtype {
  * file readers do not. */
 enum {
 	MOE_Q8_0_R4 = 64, /* Q8_0, four rows interleaved (moe_block_q8_0x4) */
-	MOE_KTYPE_MAX = 65 /* kernel table size: dtypes and kernel types */
+	MOE_Q4_K_R4 = 65, /* Q4_K, four rows interleaved (moe_block_q4_kx4) */
+	MOE_KTYPE_MAX = 66 /* kernel table size: dtypes and kernel types */
 };
 
 typedef void (*moe_to_float_fn)(const void *src, float *dst, int64_t n);
@@ -245,7 +246,7 @@ int moe_quant_model(const moe_quant_opts *o, moe_quant_result *res, moe_error *e
 
 /* ------------------------------------ repacked layouts (quant/repack.c) */
 
-/* A repacked layout stores a matrix's rows in groups of four, block column
+/* A repacked layout stores a matrix's rows (Q8_0, Q4_K) in groups of four, block column
  * by block column, each column's four scales before their codes (the UTH
  * man page, LAYOUTS): a tile of four rows is one contiguous stream, and a
  * kernel computes four rows per pass over the activations.  Only matrices

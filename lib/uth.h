@@ -39,7 +39,7 @@
 /* Data layouts (record byte 3). */
 #define MOE_UTH_LAYOUT_PLAIN 0u /* rows of ne[0] elements, blocks in order */
 /* Rows interleaved in groups of four, block column by block column, scales
- * first (man/uth.5 LAYOUTS; quant.h moe_repack_*): Q8_0 matrices only. */
+ * first (man/uth.5 LAYOUTS; quant.h moe_repack_*): Q8_0 and Q4_K matrices. */
 #define MOE_UTH_LAYOUT_R4 1u
 
 /* Tensor roles: stable on-disk ids, never renumbered.  Names equal the GGUF

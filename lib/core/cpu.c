@@ -2,10 +2,10 @@
  *
  * Features come from cpuid, and the AVX/AVX-512/AMX register states must
  * also be enabled by the OS (xgetbv XCR0), or using them would fault.  The
- * kernels ask moe_cpu_isa() once; MOE_ISA=generic|avx2|avxvnni|avx512 picks
- * another level the CPU supports, which is how tests exercise every path on
- * one machine, and
- * MOE_CPU_DISABLE=feature,... hides features to simulate other CPUs. */
+ * kernels ask moe_cpu_isa() once; MOE_ISA=generic|avx2|avxvnni|avx512|
+ * avx512bf16 picks another level the CPU supports, which is how tests
+ * exercise every path on one machine, and MOE_CPU_DISABLE=feature,... hides
+ * features to simulate other CPUs. */
 #include "core.h"
 
 #include <stdlib.h>
@@ -97,6 +97,13 @@ static const moe_isa_info isa_table[] = {
 	[MOE_ISA_AVXVNNI] = {MOE_ISA_AVXVNNI, "avxvnni",
 			     MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C | MOE_CPU_AVXVNNI,
 			     MOE_ISA_AVX2},
+	/* vdpbf16ps for BF16 weights (lib/kernels/avx512bf16.c); every other
+	 * type keeps avx512's kernels. */
+	[MOE_ISA_AVX512BF16] = {MOE_ISA_AVX512BF16, "avx512bf16",
+				MOE_CPU_AVX2 | MOE_CPU_FMA | MOE_CPU_F16C | MOE_CPU_AVX512F |
+					MOE_CPU_AVX512BW | MOE_CPU_AVX512VL |
+					MOE_CPU_AVX512VNNI | MOE_CPU_AVX512BF16,
+				MOE_ISA_AVX512},
 };
 
 #define N_LEVELS (int)(sizeof isa_table / sizeof isa_table[0])
@@ -188,7 +195,8 @@ moe_isa moe_cpu_isa(void)
 				want = i;
 		if (want < 0)
 			moe_log(MOE_LOG_WARN,
-				"MOE_ISA=%s not recognised (generic, avx2, avxvnni, avx512); using %s",
+				"MOE_ISA=%s not recognised (generic, avx2, avxvnni, avx512, "
+				"avx512bf16); using %s",
 				req, moe_isa_name(best));
 		else if (!usable(want, f))
 			moe_log(MOE_LOG_WARN, "MOE_ISA=%s not supported by this CPU; using %s", req,

@@ -655,9 +655,19 @@ static void lookahead(moe_engine *eng, int il, int B)
 
 /* Experts which[0..n) of the layer (indices into eng->active), each writing
  * only its own rows of expert_out. */
-static void compute_experts(moe_engine *eng, int il, int B, const int *which, int n)
+static void compute_experts(moe_engine *eng, int il, int B, int *which, int n)
 {
 	if (B <= EXP_PAR_MAX && !eng->observe_fn) {
+		/* Most tokens first (insertion sort, stable): the threads take
+		 * the next expert as they finish, and ending on the small ones
+		 * leaves the least time with one thread idle before the layer's
+		 * barrier (longest-processing-time order). */
+		for (int w = 1; w < n; w++) {
+			int a = which[w], c = eng->count_of[a], v = w;
+			for (; v > 0 && eng->count_of[which[v - 1]] < c; v--)
+				which[v] = which[v - 1];
+			which[v] = a;
+		}
 		expert_job j = {eng, which, n, 0, il};
 		/* one expert (a streamed expert that just arrived) is one thread's
 		 * work: run it here rather than wait for a worker to wake from its

@@ -877,22 +877,40 @@ MOE_KQ2_GEMM(q6_k, KQ2_Q6_K)
 MOE_KQ2_GEMM(q2_k, KQ2_Q2_K)
 MOE_KQ2_GEMM(q3_k, KQ2_Q3_K)
 
-/* The tiled GEMM for the X_ types: 8 rows' values unpacked once as |w|
- * and w, [block][k / 4][8 rows][4 bytes], reused for every token; the sign
- * of w moves onto the broadcast activation codes (vpsignb), so vpmaddubsw's
- * pairs stay within 16 bits. */
+/* The tiled GEMM for the X_ types: 8 rows' values unpacked once,
+ * [block][k / 4][8 rows][4 bytes], reused for every token.  Q8_0 and IQ4_NL
+ * values (up to 127 in magnitude) go in as |w| with the sign of w moved
+ * onto the broadcast activation codes (vpsignb), so vpmaddubsw's pairs stay
+ * within 16 bits.  Q4_0 and Q5_0 go in as their unsigned codes q, whose
+ * products are summed in 16 bits over 8 (Q4_0: 8 * 2 * 15 * 127 < 2^15) or
+ * 4 (Q5_0) steps, and the offset comes off once per block and token:
+ * S_b = sum q x - off * sum x, the same integer as sum (q - off) x, with
+ * sum x of every (token, block) taken once per call. */
 #define GT3 4
+
+INLINE int b32x_off(const int kind)
+{
+	return kind == X_Q4_0 ? 8 : kind == X_Q5_0 ? 16 : 0;
+}
 
 INLINE void b32x_unpack(const int kind, uint8_t *wa, uint8_t *ws, float *wd, const uint8_t *w,
 			size_t ldw, int rows, int64_t nb)
 {
 	const size_t bs = b32x_bsize(kind);
+	const int off = b32x_off(kind);
 	for (int64_t i = 0; i < nb; i++) {
 		__m256i v[8];
 		for (int r = 0; r < 8; r++)
 			v[r] = r < rows ? b32x_values(kind, w + r * ldw + i * bs) : _mm256_setzero_si256();
 		transpose8(v);
 		for (int j = 0; j < 8; j++) {
+			if (off) {
+				/* Rows past the last get codes 0, not off: zero
+				 * sums either way, as the outputs are masked. */
+				_mm256_store_si256((void *)(wa + (i * 8 + j) * 32),
+						   _mm256_add_epi8(v[j], _mm256_set1_epi8((char)off)));
+				continue;
+			}
 			_mm256_store_si256((void *)(ws + (i * 8 + j) * 32), v[j]);
 			_mm256_store_si256((void *)(wa + (i * 8 + j) * 32), _mm256_sign_epi8(v[j], v[j]));
 		}
@@ -901,9 +919,11 @@ INLINE void b32x_unpack(const int kind, uint8_t *wa, uint8_t *ws, float *wd, con
 	}
 }
 
-INLINE void b32x_tile(const int T, const uint8_t *wa, const uint8_t *ws, const float *wd,
-		      int64_t nb, const uint8_t *x, size_t ldx, float *s, size_t lds, __m256i m)
+INLINE void b32x_tile(const int kind, const int T, const uint8_t *wa, const uint8_t *ws,
+		      const float *wd, int64_t nb, const uint8_t *x, size_t ldx, const int32_t *sx,
+		      float *s, size_t lds, __m256i m)
 {
+	const int off = b32x_off(kind);
 	__m256 P[GT3][8];
 	for (int t = 0; t < T; t++)
 		for (int j = 0; j < 8; j++)
@@ -913,12 +933,46 @@ INLINE void b32x_tile(const int T, const uint8_t *wa, const uint8_t *ws, const f
 		__m256i u[GT3];
 		MOE_UNROLL2 for (int t = 0; t < T; t++)
 			u[t] = _mm256_setzero_si256();
-		MOE_UNROLL2 for (int k4 = 0; k4 < 8; k4++) {
-			const __m256i a = _mm256_load_si256((const void *)(wa + (i * 8 + k4) * 32));
-			const __m256i sg = _mm256_load_si256((const void *)(ws + (i * 8 + k4) * 32));
-			MOE_UNROLL2 for (int t = 0; t < T; t++) {
-				__m256i xv = bcast32_2(x + t * ldx + i * 34 + 2 + 4 * k4);
-				u[t] = dot_u8s8_acc(u[t], a, _mm256_sign_epi8(xv, sg));
+		if (off) {
+#ifdef MOE_AVXVNNI
+			MOE_UNROLL2 for (int k4 = 0; k4 < 8; k4++) {
+				const __m256i a = _mm256_load_si256((const void *)(wa + (i * 8 + k4) * 32));
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					u[t] = _mm256_dpbusd_avx_epi32(
+						u[t], a, bcast32_2(x + t * ldx + i * 34 + 2 + 4 * k4));
+			}
+#else
+			const int C = off == 8 ? 8 : 4; /* steps per 16-bit sum */
+			MOE_UNROLL2 for (int c = 0; c < 8; c += C) {
+				__m256i p[GT3];
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					p[t] = _mm256_setzero_si256();
+				MOE_UNROLL2 for (int k4 = c; k4 < c + C; k4++) {
+					const __m256i a =
+						_mm256_load_si256((const void *)(wa + (i * 8 + k4) * 32));
+					MOE_UNROLL2 for (int t = 0; t < T; t++) {
+						p[t] = _mm256_add_epi16(
+							p[t], _mm256_maddubs_epi16(
+								      a, bcast32_2(x + t * ldx + i * 34 + 2 +
+										   4 * k4)));
+						__asm__("" : "+x"(p[t])); /* a chain (see kq2_tile) */
+					}
+				}
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					u[t] = _mm256_add_epi32(
+						u[t], _mm256_madd_epi16(p[t], _mm256_set1_epi16(1)));
+			}
+#endif
+			MOE_UNROLL2 for (int t = 0; t < T; t++)
+				u[t] = _mm256_sub_epi32(u[t], _mm256_set1_epi32(off * sx[t * nb + i]));
+		} else {
+			MOE_UNROLL2 for (int k4 = 0; k4 < 8; k4++) {
+				const __m256i a = _mm256_load_si256((const void *)(wa + (i * 8 + k4) * 32));
+				const __m256i sg = _mm256_load_si256((const void *)(ws + (i * 8 + k4) * 32));
+				MOE_UNROLL2 for (int t = 0; t < T; t++) {
+					__m256i xv = bcast32_2(x + t * ldx + i * 34 + 2 + 4 * k4);
+					u[t] = dot_u8s8_acc(u[t], a, _mm256_sign_epi8(xv, sg));
+				}
 			}
 		}
 		const __m256 d = _mm256_load_ps(wd + i * 8);
@@ -941,11 +995,18 @@ INLINE bool b32x_gemm(const int kind, int64_t n, int nr, int nt, const uint8_t *
 		      const uint8_t *x, size_t ldx, float *s, size_t lds)
 {
 	const int64_t nb = n / MOE_QK;
-	uint8_t *buf = moe_kernels_work_buffer(2 * 8 * (size_t)n + 32 * (size_t)nb);
+	const size_t nsx = b32x_off(kind) ? (size_t)nt * (size_t)nb : 0;
+	uint8_t *buf = moe_kernels_work_buffer(2 * 8 * (size_t)n + 32 * (size_t)nb + 4 * nsx);
 	if (!buf)
 		return false;
 	uint8_t *wa = buf, *ws = buf + 8 * n;
 	float *wd = (float *)(buf + 16 * n);
+	int32_t *sx = (int32_t *)(buf + 16 * n + 32 * nb);
+	/* sum x of every (token, block), for the Q4_0/Q5_0 offsets. */
+	for (size_t k = 0; k < nsx; k++) {
+		const uint8_t *xb = x + (k / nb) * ldx + (k % nb) * 34 + 2;
+		sx[k] = hsum8i(dot_u8s8(_mm256_set1_epi8(1), _mm256_loadu_si256((const void *)xb)));
+	}
 	for (int r0 = 0; r0 < nr; r0 += 8) {
 		const int rows = nr - r0 < 8 ? nr - r0 : 8;
 		const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows),
@@ -954,12 +1015,13 @@ INLINE bool b32x_gemm(const int kind, int64_t n, int nr, int nt, const uint8_t *
 		for (int t0 = 0; t0 < nt; t0 += GT3) {
 			const int T = nt - t0 < GT3 ? nt - t0 : GT3;
 			const uint8_t *xt = x + (size_t)t0 * ldx;
+			const int32_t *sxt = sx + (size_t)t0 * nb;
 			float *st = s + (size_t)t0 * lds + r0;
 			switch (T) {
-			case 1: b32x_tile(1, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
-			case 2: b32x_tile(2, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
-			case 3: b32x_tile(3, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
-			default: b32x_tile(4, wa, ws, wd, nb, xt, ldx, st, lds, m); break;
+			case 1: b32x_tile(kind, 1, wa, ws, wd, nb, xt, ldx, sxt, st, lds, m); break;
+			case 2: b32x_tile(kind, 2, wa, ws, wd, nb, xt, ldx, sxt, st, lds, m); break;
+			case 3: b32x_tile(kind, 3, wa, ws, wd, nb, xt, ldx, sxt, st, lds, m); break;
+			default: b32x_tile(kind, 4, wa, ws, wd, nb, xt, ldx, sxt, st, lds, m); break;
 			}
 		}
 	}

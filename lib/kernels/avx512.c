@@ -971,6 +971,8 @@ static void k45_unpack(const int five, kq_pack *pk, const uint8_t *w, size_t ldw
 		float d[16], dmin[16];
 		for (int r = 0; r < 16; r++) {
 			const uint8_t *b = w + r * ldw + (i0 + sb) * bsz;
+			if (r < rows)
+				prefetch_ahead(b, bsz);
 			v[r] = r < rows ? k4_scales(b + 4) : zero_i();
 			d[r] = r < rows ? h2f(b) : 0.0f;
 			dmin[r] = r < rows ? h2f(b + 2) : 0.0f;
@@ -1434,6 +1436,8 @@ static void q6_k_unpack(kq_pack *pk, const uint8_t *w, size_t ldw, int rows, int
 		float d[16];
 		for (int r = 0; r < 16; r++) {
 			const moe_block_q6_k *b = (const void *)(w + r * ldw + (i0 + sb) * sizeof(*b));
+			if (r < rows)
+				prefetch_ahead((const uint8_t *)b, sizeof(*b));
 			v[r] = r < rows ? _mm512_cvtepi8_epi32(_mm_loadu_si128((const void *)b->scales))
 					: zero_i();
 			d[r] = r < rows ? _cvtsh_ss(ld16((const uint8_t *)&b->d)) : 0.0f;
@@ -1532,6 +1536,8 @@ static void k23_unpack(const int three, kq_pack *pk, const uint8_t *w, size_t ld
 		float d[16], dmin[16];
 		for (int r = 0; r < 16; r++) {
 			const uint8_t *b = w + r * ldw + (i0 + sb) * bsz;
+			if (r < rows)
+				prefetch_ahead(b, bsz);
 			if (r >= rows) {
 				v[r] = m[r] = zero_i();
 				d[r] = dmin[r] = 0.0f;
@@ -1666,6 +1672,8 @@ static void iq4_xs_unpack(kq_pack *pk, const uint8_t *w, size_t ldw, int rows, i
 		float d[16];
 		for (int r = 0; r < 16; r++) {
 			const moe_block_iq4_xs *b = (const void *)(w + r * ldw + (i0 + sb) * sizeof(*b));
+			if (r < rows)
+				prefetch_ahead((const uint8_t *)b, sizeof(*b));
 			if (r >= rows) {
 				v[r] = zero_i();
 				d[r] = 0.0f;
@@ -1789,13 +1797,18 @@ INLINE void kq_rows_gemm(const int kind, int64_t n, int nr, int nt, const uint8_
 
 /* Tokens from which unpacking the weights pays (it costs about as much as
  * a few tokens' products); below, the decode tiles.  Both give the same
- * bits. */
+ * bits.  Measured with the weights coming from memory (decode steps of
+ * several sequences), one thread, 2048 x 1024: Q4_K's GEMM matches the
+ * tiles at 7 tokens, Q5_K's at 5-6, and Q6_K's (its unpacking costs
+ * three times a token's products) only at 12. */
 #define KQ_ROWS_MIN_TOKENS 6
+#define KQ_ROWS_MIN_TOKENS_Q4_K 7
+#define KQ_ROWS_MIN_TOKENS_Q6_K 12
 
 static void q4_k_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
 			  size_t ldx, float *s, size_t lds)
 {
-	if (nt >= KQ_ROWS_MIN_TOKENS)
+	if (nt >= KQ_ROWS_MIN_TOKENS_Q4_K)
 		kq_rows_gemm(KQ_Q4_K, n, nr, nt, w, ldw, x, ldx, s, lds);
 	else
 		q4_k_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
@@ -1840,7 +1853,7 @@ static void iq4_xs_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw
 static void q6_k_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
 			  size_t ldx, float *s, size_t lds)
 {
-	if (nt >= KQ_ROWS_MIN_TOKENS)
+	if (nt >= KQ_ROWS_MIN_TOKENS_Q6_K)
 		kq_rows_gemm(KQ_Q6_K, n, nr, nt, w, ldw, x, ldx, s, lds);
 	else
 		q6_k_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
@@ -1915,8 +1928,11 @@ static void b32_unpack(const int kind, uint8_t *wq, int32_t *wc, float *wd, floa
 	for (int64_t i = 0; i < nb; i += 2) {
 		const int two = i + 1 < nb;
 		__m512i v[16];
-		for (int r = 0; r < 16; r++)
+		for (int r = 0; r < 16; r++) {
+			if (r < rows)
+				prefetch_ahead(w + r * ldw + i * bs, 2 * bs);
 			v[r] = r < rows ? b32_values(kind, w + r * ldw + i * bs, two) : zero_i();
+		}
 		transpose16(v);
 		for (int j = 0; j < (two ? 16 : 8); j++)
 			_mm512_store_si512(wq + (i * 8 + j) * 64, v[j]);

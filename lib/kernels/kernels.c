@@ -24,6 +24,7 @@ static void (*const fill[MOE_ISA_COUNT])(moe_kernels *) = {
 	[MOE_ISA_AVX2] = moe_kernels_fill_avx2,
 	[MOE_ISA_AVX512] = moe_kernels_fill_avx512,
 	[MOE_ISA_AVXVNNI] = moe_kernels_fill_avxvnni,
+	[MOE_ISA_AVX512BF16] = moe_kernels_fill_avx512bf16,
 #endif
 };
 
@@ -36,6 +37,7 @@ static void (*const fill_repack[MOE_ISA_COUNT])(moe_kernels *) = {
 	[MOE_ISA_AVX2] = moe_repack_fill_avx2,
 	[MOE_ISA_AVX512] = moe_repack_fill_avx512,
 	[MOE_ISA_AVXVNNI] = moe_repack_fill_avx2,
+	/* avx512bf16: none of its own; its copy of avx512's table has them */
 #endif
 };
 

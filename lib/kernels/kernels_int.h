@@ -16,6 +16,7 @@ void moe_kernels_fill_generic(moe_kernels *k);
 void moe_kernels_fill_avx2(moe_kernels *k);
 void moe_kernels_fill_avx512(moe_kernels *k);
 void moe_kernels_fill_avxvnni(moe_kernels *k);
+void moe_kernels_fill_avx512bf16(moe_kernels *k);
 /* The repacked-layout kernels per level (repack_*.c) */
 void moe_repack_fill_generic(moe_kernels *k);
 void moe_repack_fill_avx2(moe_kernels *k);

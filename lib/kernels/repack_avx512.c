@@ -4,7 +4,8 @@
  * Each output runs avx512.c's plain Q8_0 float sequence (q8_0_tile):
  * sixteen partials, lane j taking the blocks b with b % 16 == j,
  * acc = fma(float(S_b), dw_b * dx_b, acc), then hsum16 in the same tree; so
- * a repacked model's results are the plain model's bits.
+ * a repacked model's results are the plain model's bits.  Q4_K runs the
+ * K-quant order both x86 levels share (repack_x86.h).
  */
 #include <config.h>
 
@@ -56,7 +57,15 @@ static void q8_0_r4_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, c
 	}
 }
 
+/* Q4_K: the K-quant order ("the K-quant reduction order" in avx512.c). */
+static void q4_k_r4_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+			 size_t ldx, float *s, size_t lds)
+{
+	rp_q4_k_r4_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
 void moe_repack_fill_avx512(moe_kernels *k)
 {
 	k->gemm[MOE_Q8_0_R4] = q8_0_r4_gemm;
+	k->gemm[MOE_Q4_K_R4] = q4_k_r4_gemm;
 }

@@ -1,6 +1,8 @@
 /* kernels/repack_x86.h — what the AVX2 and AVX-512 repacked-layout kernels
  * (repack_avx2.c, repack_avx512.c) share: the exact integer block sums of
- * one row of a Q8_0 R4 group, eight blocks at a time.  Integer sums are
+ * one row of a Q8_0 R4 group (eight blocks at a time), the exact isum and
+ * msum of one row of a Q4_K R4 super-block column, and the K-quant float
+ * step both levels' plain kernels use.  Integer sums are
  * exact in any order, so how they are formed does not affect the results;
  * only the float sequence each file reproduces from its level's plain
  * kernel does.  Compiled with AVX2 (or more) enabled.
@@ -57,6 +59,79 @@ INLINE void rp_act_scales(const moe_block_q8_0 *y, int64_t b0, int nv, uint16_t 
 {
 	for (int j = 0; j < n; j++)
 		h[j] = j < nv ? y[b0 + j].d : 0;
+}
+
+INLINE int32_t rp_hsum8i(__m256i v)
+{
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+	return _mm_cvtsi128_si32(s);
+}
+
+/* Row i of Q4_K column c against y: isum = sum_g sc_g dot_g (each 64
+ * elements j: low nibbles group 2j, high nibbles 2j+1) and msum = sum_g m_g
+ * bsum_g.  Pairs of vpmaddubsw are at most 2 * 15 * 128, so exact. */
+INLINE void rp_q4_k_sums(const moe_block_q4_kx4 *c, int i, const moe_block_q8_k *y,
+			 int32_t *isum, int32_t *msum)
+{
+	uint32_t sm[4];
+	moe_k4_unpack_scales(c->scales[i], sm);
+	const uint8_t *sc = (const uint8_t *)sm, *mn = (const uint8_t *)sm + 8;
+	const __m256i low = _mm256_set1_epi8(0x0F);
+	__m256i acc = _mm256_setzero_si256();
+	for (int j = 0; j < 4; j++) {
+		__m256i q = _mm256_loadu_si256((const void *)(c->qs[i] + 32 * j));
+		__m256i ql = _mm256_and_si256(q, low);
+		__m256i qh = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+		__m256i a0 = _mm256_loadu_si256((const void *)(y->qs + 64 * j));
+		__m256i a1 = _mm256_loadu_si256((const void *)(y->qs + 64 * j + 32));
+		acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(ql, a0),
+							      _mm256_set1_epi16(sc[2 * j])));
+		acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(qh, a1),
+							      _mm256_set1_epi16(sc[2 * j + 1])));
+	}
+	*isum = rp_hsum8i(acc);
+	int32_t m = 0;
+	for (int g = 0; g < 8; g++)
+		m += mn[g] * (y->bsums[2 * g] + y->bsums[2 * g + 1]);
+	*msum = m;
+}
+
+/* The K-quant float step of avx2.c (ksb_step) and avx512.c: acc =
+ * fma(isum, d dy, acc), then fnmadd(msum, dmin dy, acc). */
+INLINE float rp_ksb_step(float acc, int32_t isum, int32_t msum, float d, float dmin, float dy)
+{
+	acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), isum),
+					 _mm_mul_ss(_mm_set_ss(d), _mm_set_ss(dy)), _mm_set_ss(acc)));
+	return _mm_cvtss_f32(_mm_fnmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), msum),
+					   _mm_mul_ss(_mm_set_ss(dmin), _mm_set_ss(dy)),
+					   _mm_set_ss(acc)));
+}
+
+/* Products over Q4_K R4 with the K-quant order (both x86 levels). */
+INLINE void rp_q4_k_r4_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+			    size_t ldx, float *s, size_t lds)
+{
+	const int64_t nb = n / MOE_QK_K;
+
+	for (int r = 0; r + 4 <= nr; r += 4) {
+		const moe_block_q4_kx4 *g = (const void *)((const uint8_t *)w + (size_t)r * ldw);
+		for (int t = 0; t < nt; t++) {
+			const moe_block_q8_k *y = (const void *)((const uint8_t *)x + (size_t)t * ldx);
+			float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			for (int64_t b = 0; b < nb; b++)
+				for (int i = 0; i < 4; i++) {
+					int32_t is, ms;
+					rp_q4_k_sums(&g[b], i, &y[b], &is, &ms);
+					acc[i] = rp_ksb_step(acc[i], is, ms,
+							     moe_f16_to_f32(g[b].d[i]),
+							     moe_f16_to_f32(g[b].dmin[i]), y[b].d);
+				}
+			for (int i = 0; i < 4; i++)
+				s[(size_t)t * lds + (size_t)r + i] = acc[i];
+		}
+	}
 }
 
 #endif

@@ -115,6 +115,17 @@ typedef struct MOE_PACKED moe_block_q4_k {
 } moe_block_q4_k;
 _Static_assert(sizeof(moe_block_q4_k) == 144, "q4_k block size");
 
+/* Q4_K in the R4 layout: super-block column i of four rows, the scales of
+ * all four (d, dmin, the packed 6-bit scales) before their codes
+ * (moe_repack_group). */
+typedef struct MOE_PACKED moe_block_q4_kx4 {
+	uint16_t d[4];
+	uint16_t dmin[4];
+	uint8_t scales[4][MOE_K_SCALE_SIZE];
+	uint8_t qs[4][MOE_QK_K / 2];
+} moe_block_q4_kx4;
+_Static_assert(sizeof(moe_block_q4_kx4) == 4 * sizeof(moe_block_q4_k), "q4_kx4 block size");
+
 /* Q5_K: as Q4_K with a fifth bit per element in qh, q in [0, 31]. */
 typedef struct MOE_PACKED moe_block_q5_k {
 	uint16_t d;

@@ -5,8 +5,8 @@
  * Layout R4 (UTH layout 1) keeps every byte of the plain rows and only
  * reorders them: rows 4g .. 4g+3 form group g, stored where the plain rows
  * were (so a row group's offset is 4g x row bytes either way), block column
- * by block column; for Q8_0 a column is the four f16 scales followed by the
- * four rows' 32 codes (moe_block_q8_0x4).  A kernel then reads one
+ * by block column; a column holds the four rows' scales, then their codes
+ * (Q8_0: moe_block_q8_0x4, Q4_K: moe_block_q4_kx4).  A kernel then reads one
  * contiguous stream per four rows and loads each activation block once for
  * the four.
  */
@@ -23,12 +23,18 @@ int moe_repack_ktype(int dtype, unsigned layout)
 		return moe_type_get(dtype) && dtype < MOE_DTYPE_MAX ? dtype : -1;
 	if (layout == MOE_UTH_LAYOUT_R4 && dtype == MOE_Q8_0)
 		return MOE_Q8_0_R4;
+	if (layout == MOE_UTH_LAYOUT_R4 && dtype == MOE_Q4_K)
+		return MOE_Q4_K_R4;
 	return -1;
 }
 
 int moe_repack_base(int ktype)
 {
-	return ktype == MOE_Q8_0_R4 ? MOE_Q8_0 : ktype;
+	switch (ktype) {
+	case MOE_Q8_0_R4: return MOE_Q8_0;
+	case MOE_Q4_K_R4: return MOE_Q4_K;
+	default: return ktype;
+	}
 }
 
 unsigned moe_repack_rows(unsigned layout)
@@ -93,33 +99,66 @@ bool moe_repack_eligible(int dtype, uint8_t n_dims, const uint32_t ne[4], int ro
 	return moe_repack_check(MOE_UTH_LAYOUT_R4, dtype, n_dims, ne, role, msg, sizeof msg) == 0;
 }
 
+/* One block of row r (plain) <-> its place in column b (packed); `in`
+ * true: plain to packed. */
+static void move_q8_0(moe_block_q8_0 *p, moe_block_q8_0x4 *c, int r, bool in)
+{
+	if (in) {
+		c->d[r] = p->d;
+		memcpy(c->qs[r], p->qs, sizeof p->qs);
+	} else {
+		p->d = c->d[r];
+		memcpy(p->qs, c->qs[r], sizeof p->qs);
+	}
+}
+
+static void move_q4_k(moe_block_q4_k *p, moe_block_q4_kx4 *c, int r, bool in)
+{
+	if (in) {
+		c->d[r] = p->d;
+		c->dmin[r] = p->dmin;
+		memcpy(c->scales[r], p->scales, sizeof p->scales);
+		memcpy(c->qs[r], p->qs, sizeof p->qs);
+	} else {
+		p->d = c->d[r];
+		p->dmin = c->dmin[r];
+		memcpy(p->scales, c->scales[r], sizeof p->scales);
+		memcpy(p->qs, c->qs[r], sizeof p->qs);
+	}
+}
+
+/* Block b of row r of the group is plain block r * nb + b and packed
+ * column b, slot r. */
+static void regroup(int dtype, int64_t cols, uint8_t *plain, uint8_t *packed, bool in)
+{
+	if (dtype == MOE_Q8_0) {
+		const int64_t nb = cols / MOE_QK;
+		moe_block_q8_0 *p = (void *)plain;
+		moe_block_q8_0x4 *c = (void *)packed;
+		for (int64_t b = 0; b < nb; b++)
+			for (int r = 0; r < 4; r++)
+				move_q8_0(&p[r * nb + b], &c[b], r, in);
+	} else if (dtype == MOE_Q4_K) {
+		const int64_t nb = cols / MOE_QK_K;
+		moe_block_q4_k *p = (void *)plain;
+		moe_block_q4_kx4 *c = (void *)packed;
+		for (int64_t b = 0; b < nb; b++)
+			for (int r = 0; r < 4; r++)
+				move_q4_k(&p[r * nb + b], &c[b], r, in);
+	}
+}
+
 void moe_repack_group(unsigned layout, int dtype, int64_t cols, const void *plain, void *out)
 {
-	if (layout != MOE_UTH_LAYOUT_R4 || dtype != MOE_Q8_0)
-		return;
-	const int64_t nb = cols / MOE_QK;
-	const moe_block_q8_0 *src = plain;
-	moe_block_q8_0x4 *dst = out;
-	for (int64_t b = 0; b < nb; b++)
-		for (int r = 0; r < 4; r++) {
-			dst[b].d[r] = src[r * nb + b].d;
-			memcpy(dst[b].qs[r], src[r * nb + b].qs, MOE_QK);
-		}
+	if (layout == MOE_UTH_LAYOUT_R4)
+		regroup(dtype, cols, (uint8_t *)plain, out, true);
 }
 
 void moe_unrepack_group(unsigned layout, int dtype, int64_t cols, const void *packed,
 			void *plain)
 {
-	if (layout != MOE_UTH_LAYOUT_R4 || dtype != MOE_Q8_0)
-		return;
-	const int64_t nb = cols / MOE_QK;
-	const moe_block_q8_0x4 *src = packed;
-	moe_block_q8_0 *dst = plain;
-	for (int64_t b = 0; b < nb; b++)
-		for (int r = 0; r < 4; r++) {
-			dst[r * nb + b].d = src[b].d[r];
-			memcpy(dst[r * nb + b].qs, src[b].qs[r], MOE_QK);
-		}
+	if (layout == MOE_UTH_LAYOUT_R4)
+		regroup(dtype, cols, plain, (uint8_t *)packed, false);
 }
 
 /* Inner fills are called with at most 4 MiB at a time (uth.h). */

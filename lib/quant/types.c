@@ -338,12 +338,33 @@ static void q8_0_r4_to_float(const void *src, float *dst, int64_t n)
 		}
 }
 
+/* The same for Q4_K: per super-block column the four rows' 256 values
+ * (n a multiple of 1024). */
+static void q4_k_r4_to_float(const void *src, float *dst, int64_t n)
+{
+	const moe_block_q4_kx4 *b = src;
+	for (int64_t i = 0; i < n / (4 * MOE_QK_K); i++)
+		for (int r = 0; r < 4; r++) {
+			moe_block_q4_k one;
+			one.d = b[i].d[r];
+			one.dmin = b[i].dmin[r];
+			memcpy(one.scales, b[i].scales[r], sizeof one.scales);
+			memcpy(one.qs, b[i].qs[r], sizeof one.qs);
+			moe_q4_k_to_float(&one, dst, MOE_QK_K);
+			dst += MOE_QK_K;
+		}
+}
+
 /* Kernel types of repacked layouts (quant.h): the base type's sizes and
  * activation type; no encoder (moe_repack_group makes them). */
 static const moe_type_traits ktraits[MOE_KTYPE_MAX - 64] = {
 	[MOE_Q8_0_R4 - 64] = {
 		.name = "q8_0_r4", .block_size = MOE_QK, .type_size = sizeof(moe_block_q8_0),
 		.is_quantized = true, .to_float = q8_0_r4_to_float, .vec_dot_type = MOE_Q8_0,
+	},
+	[MOE_Q4_K_R4 - 64] = {
+		.name = "q4_k_r4", .block_size = MOE_QK_K, .type_size = sizeof(moe_block_q4_k),
+		.is_quantized = true, .to_float = q4_k_r4_to_float, .vec_dot_type = MOE_Q8_K,
 	},
 };
 

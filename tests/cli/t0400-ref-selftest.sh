@@ -12,8 +12,8 @@
 #    tied embeddings;
 #  - the KV-cache path equals recomputation; greedy output is deterministic;
 #    the CLI's output forms agree and bad input fails cleanly;
-#  - --emulate (act-quant, kv-f16): the activation quantisers and the f16
-#    rounding on values worked out by hand, the rounding-tie bookkeeping
+#  - --emulate (act-quant, kv-f16, act-bf16): the activation quantisers, the
+#    f16 and bf16 roundings on values worked out by hand, the rounding-tie bookkeeping
 #    vs_engine.py uses, and which products see quantised inputs;
 #  - the second family (deepseek2 in its V2-Lite / V2 / V3 forms, gpt-oss,
 #    phimoe, granitemoe with and without a shared expert): GGUF and HF twins

@@ -4,7 +4,8 @@
 # mixtral / olmoe (and qwen2moe for a few) at every type scripts/gen-model
 # writes.  For each model (GGUF -> moe-convert -> UTH, run by
 # tests/unit/engine-run) and each kernel set (the default one, MOE_ISA=generic
-# and MOE_ISA=avx2), tests/ref/vs_engine.py checks
+# and MOE_ISA=avx2; for BF16 also avx512bf16 or avx512, whichever the default
+# is not, on a CPU with avx512bf16), tests/ref/vs_engine.py checks
 #   - the logits of the last prompt position against the reference that
 #     emulates the engine's specified arithmetic (tests/ref/README): KV cache
 #     rounded to F16, and for quantised weights the activations rounded to the
@@ -38,6 +39,12 @@ S=${MOE_T0410_SEED:-0}
 #   q4_k q5_k q6_k
 #   q4_k_m           act-quant,kv-f16    1e-5       1.7e-6         -
 # (without emulation quantised types differ by 1.3e-2 .. 3.8e-2).
+# BF16 weights on the avx512bf16 level (vdpbf16ps) meet activations rounded
+# to bfloat16: those runs are judged with act-bf16 emulated, at the same
+# 2e-4, and within 1e-2 of the exact reference (bf16 activations move the
+# logits by about 5e-3 of max |logit| on these models; README, "Numerics of
+# the avx512bf16 level").
+BF16_TOL="act-bf16,kv-f16 2e-4 1e-2"
 tol() {
 	case $1 in
 	f32|f16|bf16) echo "kv-f16 2e-4 1e-3" ;;
@@ -45,6 +52,11 @@ tol() {
 	*) echo "act-quant,kv-f16 1e-5 0" ;;
 	esac
 }
+
+# The level the default runs get (MOE_ISA from the caller applies), and
+# whether this CPU has avx512bf16 at all.
+LEVEL=$("$BIN/moe-run" --version | sed -n 's/^kernels: \([a-z0-9]*\).*/\1/p')
+HAS_BF16=$(env -u MOE_ISA "$BIN/moe-run" --version | grep -q '^kernels: avx512bf16' && echo 1)
 
 # engine NAME TAG [ISA] [BATCH] [KV_BLOCK]: engine-run on NAME.uth into NAME.TAG.out
 engine() {
@@ -66,8 +78,17 @@ model() {
 		echo "not ok - $name: generate and convert"; sed 's/^/#   /' "$T/$name.gen.err"
 		return
 	fi
-	outs=""
+	outs="" bf16outs=""
 	runs="default|generic generic|avx2 avx2|b1 '' 1"
+	# BF16 on the avx512bf16 level when the default runs are not on it, and
+	# on avx512 (float products) when they are
+	if [ "$type" = bf16 ] && [ -n "$HAS_BF16" ]; then
+		if [ "$LEVEL" = avx512bf16 ]; then
+			runs="$runs|avx512 avx512"
+		else
+			runs="$runs|bf16lvl avx512bf16"
+		fi
+	fi
 	# sliding windows (gpt-oss, window 4 of the 40 positions): blocks of 4
 	# positions, so the sliding layers' rows live in window slots that are
 	# given back and reused (kv.c); t0435 has longer runs
@@ -82,14 +103,24 @@ model() {
 		# (a sanitizer build reports undefined behaviour on stderr only)
 		if engine "$name" "$@" && ! grep -q 'runtime error' "$T/$name.$1.err"; then
 			# prefill token by token (b1) is also compared with one batch
-			outs="$outs $name/$1=$T/$name.$1.out${3:+@$name/default}"
+			out="$name/$1=$T/$name.$1.out${3:+@$name/default}"
+			if [ "$type" = bf16 ] && [ "${2:-$LEVEL}" = avx512bf16 ]; then
+				bf16outs="$bf16outs $out"
+			else
+				outs="$outs $out"
+			fi
 		else
 			echo "not ok - $name: engine-run ($1)"; sed 's/^/#   /' "$T/$name.$1.err"
 		fi
 	done
-	set -- $(tol "$type")
-	"$PYTHON3" "$VS" --model "$T/$name.gguf" --tokens "$PROMPT" --emulate "$1" --tol "$2" \
-		--plain-tol "$3" --self-tol 1e-4 $outs 2>"$T/$name.vs.err"
+	judge "$outs" $(tol "$type")
+	[ -z "$bf16outs" ] || judge "$bf16outs" $BF16_TOL
+}
+
+# judge OUTS EMULATION TOL PLAIN_TOL: vs_engine.py on the runs OUTS of $name
+judge() {
+	"$PYTHON3" "$VS" --model "$T/$name.gguf" --tokens "$PROMPT" --emulate "$2" --tol "$3" \
+		--plain-tol "$4" --self-tol 1e-4 $1 2>"$T/$name.vs.err"
 	[ $? -le 1 ] && [ ! -s "$T/$name.vs.err" ] ||
 		{ echo "not ok - $name: vs_engine.py"; sed 's/^/#   /' "$T/$name.vs.err"; }
 }

@@ -1,9 +1,9 @@
 #!/bin/sh
 # tests/cli/t0432-engine-repack.sh — repacked models (UTH layout 1, r4: Q8_0
-# matrices four rows per block column) written by moe-convert --repack and
-# moe-quant --repack:
+# and Q4_K matrices four rows per block column) written by moe-convert
+# --repack and moe-quant --repack:
 #   - moe-convert --info shows the layouts;
-#   - on every kernel set (default, MOE_ISA=avx2, MOE_ISA=generic) the
+#   - on every kernel set (default, MOE_ISA=avxvnni, avx2, generic) the
 #     logits of the prompt (one prefill batch, and token by token) and after
 #     each of 8 greedy steps are the plain model's, byte for byte
 #     (tests/unit/engine-run prints %.9g, which round-trips a float);
@@ -27,7 +27,7 @@ PROMPT="1 7 3 9 4 200 11 5"
 # same NAME: plain and repacked NAME give the same engine-run output on
 # every kernel set, batched and token by token
 same() {
-	for isa in default avx2 generic; do
+	for isa in default avxvnni avx2 generic; do
 		for batch in 256 1; do
 			for v in plain r4; do
 				if [ $isa = default ]; then
@@ -44,12 +44,14 @@ same() {
 }
 
 seed=60
-for spec in "mixtral small" "olmoe small" "qwen2moe small" "granitemoeshared small" \
-	    "deepseek2-v2 small" "gpt-oss small" "phimoe small"; do
+for spec in "mixtral q8_0" "olmoe q8_0" "qwen2moe q8_0" "granitemoeshared q8_0" \
+	    "deepseek2-v2 q8_0" "gpt-oss q8_0" "phimoe q8_0" \
+	    "mixtral q4_k" "olmoe q4_k_m" "deepseek2-v2 q4_k" "qwen3moe q4_k_m"; do
 	set -- $spec
-	name=$1-q8_0
+	name=$1-$2
 	seed=$((seed + 1))
-	if ! "$PYTHON3" "$GEN" --arch "$1" --type q8_0 --shape "$2" --seed $seed --out "$T/$name" \
+	case $2 in q8_0) tol=1e-6 ;; *) tol=1e-5 ;; esac
+	if ! "$PYTHON3" "$GEN" --arch "$1" --type "$2" --shape small --seed $seed --out "$T/$name" \
 			>"$T/gen.err" 2>&1 ||
 	   ! "$CONV" "$T/$name.gguf" "$T/$name.plain.uth" >>"$T/gen.err" 2>&1 ||
 	   ! "$CONV" --repack "$T/$name.gguf" "$T/$name.r4.uth" >>"$T/gen.err" 2>&1; then
@@ -65,7 +67,7 @@ for spec in "mixtral small" "olmoe small" "qwen2moe small" "granitemoeshared sma
 	same "$name"
 	"$RUN" "$T/$name.r4.uth" "$PROMPT" 32 >"$T/r4.out" 2>"$T/r4.err"
 	"$PYTHON3" "$VS" --model "$T/$name.gguf" --tokens "$PROMPT" --emulate act-quant,kv-f16 \
-		--tol 1e-6 --plain-tol 0 --self-tol 1e-4 "$name-r4=$T/r4.out" >"$T/vs.out" 2>"$T/vs.err"
+		--tol $tol --plain-tol 0 --self-tol 1e-4 "$name-r4=$T/r4.out" >"$T/vs.out" 2>"$T/vs.err"
 	[ $? -le 1 ] && [ ! -s "$T/vs.err" ] && grep -q "^ok" "$T/vs.out"
 	ok $? "$name: vs_engine.py ran on the repacked model"
 	sed 's/^/#   /' "$T/vs.err" | head -5
@@ -85,23 +87,26 @@ if [ -f "$T/$name.r4.uth" ]; then
 	sed 's/^/#   /' "$T/err" | head -5
 fi
 
-# moe-quant --repack, from F16.
+# moe-quant --repack, from F16: q8_0 and the q4_k_m recipe (q4_k, q6_k and
+# q8_0 matrices; the q6_k ones stay plain).
 name=olmoe-f16
 if "$PYTHON3" "$GEN" --arch olmoe --type f16 --shape small --seed 70 --out "$T/$name" \
 		>"$T/gen.err" 2>&1 && "$CONV" "$T/$name.gguf" "$T/$name.uth" >>"$T/gen.err" 2>&1; then
-	"$QUANT" -q -t q8_0 "$T/$name.uth" "$T/q.plain.uth" 2>"$T/err" &&
-	"$QUANT" -q -t q8_0 --repack "$T/$name.uth" "$T/q.r4.uth" 2>>"$T/err" &&
-	"$QUANT" -q -t q8_0 --repack "$T/$name.uth" - 2>>"$T/err" >"$T/q.pipe.uth"
-	ok $? "moe-quant -t q8_0 [--repack] to a file and to a pipe"
-	sed 's/^/#   /' "$T/err"
-	cmp -s "$T/q.r4.uth" "$T/q.pipe.uth"
-	ok $? "moe-quant --repack: the piped output is the file's bytes"
-	"$CONV" --info "$T/q.r4.uth" | grep -q "^layouts: .* r4 [1-9]"
-	ok $? "moe-quant --repack wrote r4 tensors"
-	same q
-	"$QUANT" -q -t q8_0 "$T/q.r4.uth" "$T/q.again.uth" 2>"$T/err"
+	for t in q8_0 q4_k_m; do
+		"$QUANT" -q -t $t "$T/$name.uth" "$T/$t.plain.uth" 2>"$T/err" &&
+		"$QUANT" -q -t $t --repack "$T/$name.uth" "$T/$t.r4.uth" 2>>"$T/err" &&
+		"$QUANT" -q -t $t --repack "$T/$name.uth" - 2>>"$T/err" >"$T/$t.pipe.uth"
+		ok $? "moe-quant -t $t [--repack] to a file and to a pipe"
+		sed 's/^/#   /' "$T/err"
+		cmp -s "$T/$t.r4.uth" "$T/$t.pipe.uth"
+		ok $? "moe-quant -t $t --repack: the piped output is the file's bytes"
+		"$CONV" --info "$T/$t.r4.uth" | grep -q "^layouts: .* r4 [1-9]"
+		ok $? "moe-quant -t $t --repack wrote r4 tensors"
+		same $t
+	done
+	"$QUANT" -q -t q8_0 "$T/q8_0.r4.uth" "$T/q.again.uth" 2>"$T/err"
 	st=$?
-	[ $st -eq 1 ] && grep -q "q.r4.uth: tensor '.*' is repacked (layout r4)" "$T/err" &&
+	[ $st -eq 1 ] && grep -q "q8_0.r4.uth: tensor '.*' is repacked (layout r4)" "$T/err" &&
 		[ ! -e "$T/q.again.uth" ]
 	ok $? "moe-quant refuses a repacked input: $(cat "$T/err")"
 else

@@ -34,9 +34,12 @@
 # elements) but one flipped code can move the logits of a small random model
 # by a per cent (and then, the activations being off by that much, many more
 # codes differ downstream).  The float16 rounding of the KV cache has such
-# ties too.  A Tape records the roundings of a run that fall within a margin
-# of a tie and can force chosen ones the other way, so a comparison can tell
-# "the engine rounded one tie the other way" from a real error.
+# ties too, and so has the float16 rounding of a Q8_0 / Q8_1 block's scale
+# d (named 'NAME/scale', col = the block: the codes are unchanged, the
+# block's values move by one float16 step of d).  A Tape records the
+# roundings of a run that fall within a margin of a tie and can force
+# chosen ones the other way, so a comparison can tell "the engine rounded
+# one tie the other way" from a real error.
 #
 # Written from those definitions with numpy; shares no code with the engine.
 import numpy as np
@@ -249,7 +252,12 @@ def values(x, t, tape=None):
 	the rounding."""
 	if t in (Q8_0, Q8_1):
 		d, v = _q8_0_scaled(x)
-		d = d.astype(np.float16)                     # the stored scale
+		# the stored scale: its float16 rounding has ties too (the codes
+		# use 1/d before it, so only the block's value moves)
+		if tape is not None and np.ndim(d) == 2:
+			d = tape[0].f16(d, tape[1] + '/scale', tape[2])
+		else:
+			d = d.astype(np.float16)
 	elif t == Q8_K:
 		d, v = _q8_k_scaled(x)
 	else:
@@ -264,3 +272,22 @@ def for_weight(x, weight_type):
 	the activation format for quantised weights, unchanged for float ones."""
 	t = VEC_DOT_TYPE.get(weight_type)
 	return x if t is None else values(x, t).astype(np.asarray(x).dtype, copy=False)
+
+
+# BF16 weights on the engine's avx512bf16 level (ref.py --emulate act-bf16):
+# vdpbf16ps multiplies bf16 pairs, so the engine first rounds its float32
+# activation row to bfloat16 (the 16 high bits of a float32): to nearest,
+# ties to the even one, and a float32 denormal becomes a zero of its sign
+# (Intel SDM, VCVTNE2PS2BF16).  The products are then exact and summed in
+# float32; the reference multiplies the rounded values in float64.
+BF16 = 30                            # ggml type id
+
+
+def bf16_values(x):
+	"""x rounded as the engine rounds it for a BF16 weight on avx512bf16:
+	first to float32 (the engine's activations), then to bfloat16."""
+	f = np.asarray(x, dtype=np.float32)
+	u = f.view(np.uint32).astype(np.uint64)
+	r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+	tiny = np.abs(f) < np.float32(2.0 ** -126)
+	return np.where(tiny, np.copysign(np.float32(0), f), r).astype(np.asarray(x).dtype)

@@ -33,6 +33,9 @@
 #              (actquant.py), then multiplied in float64 as before
 #   kv-f16     keys (after RoPE) and values are rounded to float16 as they
 #              enter the cache; attention reads the rounded values
+#   act-bf16   the input row of every product with a BF16 weight is first
+#              rounded to bfloat16 (actquant.bf16_values), as the engine's
+#              avx512bf16 level does for vdpbf16ps
 # See tests/ref/README for why.
 import math
 
@@ -41,7 +44,7 @@ import numpy as np
 import actquant
 import quants
 
-EMULATIONS = ('act-quant', 'kv-f16')
+EMULATIONS = ('act-quant', 'kv-f16', 'act-bf16')
 
 
 class Rope:
@@ -215,6 +218,7 @@ class Model:
 					 % (', '.join(sorted(bad)), ', '.join(EMULATIONS)))
 		self.act_quant = 'act-quant' in self.emulate
 		self.kv_f16 = 'kv-f16' in self.emulate
+		self.act_bf16 = 'act-bf16' in self.emulate
 		self.tape = tape            # an actquant.Tape watching the emulated roundings
 		self.reset()
 
@@ -235,7 +239,10 @@ class Model:
 		of the batch's tokens the rows of x are (all if None), src = what
 		x is, when several products quantise the same rows (the FFN input
 		of every expert and the shared one: the same floats give the same
-		codes, so a tie goes the same way in all of them)."""
+		codes, so a tie goes the same way in all of them).  With act-bf16,
+		rounded to bfloat16 for a BF16 weight."""
+		if self.act_bf16 and self.W.ggml_type(name) == actquant.BF16:
+			return actquant.bf16_values(x)
 		if not self.act_quant:
 			return x
 		t = actquant.VEC_DOT_TYPE.get(self.W.ggml_type(name))
@@ -346,7 +353,7 @@ class Model:
 		"""swiglu() with weights by name (expert e of stacked tensors, for
 		the batch's tokens `rows`), each product seeing its input through
 		x_for (src: what h is, for a Tape)."""
-		if not self.act_quant:
+		if not (self.act_quant or self.act_bf16):
 			get = self.w if e is None else (lambda n: self.W.expert(n, e))
 			return swiglu(h, get(gate), get(up), get(down))
 		a = silu(self.matmul(h, gate, e, rows, src)) * self.matmul(h, up, e, rows, src)

@@ -600,6 +600,19 @@ def test_emulate_f16_and_tape():
 		   np.count_nonzero(got != plain) != 1:
 			raise Fail('%s: flip gave %s, expected %d -> %d only'
 				   % (Q.type_name(t), got[0, col], code, other))
+	# a Q8_0 block's scale at a float16 midpoint: amax 127 (1 + 2^-11)
+	# gives d = 1 + 2^-11 (stored 1, to even); flipped, 1 + 2^-10 for the
+	# whole block, the codes unchanged
+	xs = block([127 * (1 + 2 ** -11), 5], 32)
+	tape = A.Tape(1e-6)
+	plain = A.values(xs[None, :], A.Q8_0, (tape, 'w', np.array([7])))
+	if ('w/scale', 7, 0) not in [n for _, n, _, _ in tape.near]:
+		raise Fail('Q8_0 scale tie not recorded: %s' % tape.near)
+	got = A.values(xs[None, :], A.Q8_0, (A.Tape(0, [('w/scale', 7, 0)]), 'w',
+					     np.array([7])))
+	expect_close('Q8_0 scale flip', got, plain * (1 + 2 ** -10), 0)
+	if plain[0, 0] != 127 or plain[0, 1] != 5:
+		raise Fail('Q8_0 scale tie: values %s, expected 127, 5' % plain[0, :2])
 	row = np.array([[1 + 2 ** -11, 0.75, 1.0]])
 	tape = A.Tape(1e-6)
 	A.round_f16(row, (tape, 'k', np.array([3])))
@@ -607,6 +620,16 @@ def test_emulate_f16_and_tape():
 		raise Fail('f16 tie not recorded: %s' % tape.near)
 	got = A.round_f16(row, (A.Tape(0, [('k', 3, 0)]), 'k', np.array([3])))
 	expect_close('f16 flip', got, [[1 + 2 ** -10, 0.75, 1.0]], 0)
+	# act-bf16: bfloat16 steps by 2^-7 above 1; 1 + 2^-8 is a tie (to the
+	# even 1), 1 + 3 * 2^-8 a tie up to the even 1 + 2^-6, 1 + 2^-8 + 2^-20
+	# past the tie (up), a float32 denormal to a zero of its sign, and a
+	# value already bf16 unchanged
+	row = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8 + 2 ** -20), -2.0 ** -130,
+			0.75])
+	got = A.bf16_values(row)
+	expect_close('bf16 rounding', got, [1.0, 1 + 2 ** -6, -(1 + 2 ** -7), 0.0, 0.75], 0)
+	if not np.signbit(got[3]):
+		raise Fail('bf16 rounding: -denormal should give -0, got %r' % got[3])
 
 
 def test_emulate_models(qpath, fpath):

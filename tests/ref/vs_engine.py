@@ -30,7 +30,10 @@
 # tie and whose two candidates are at least S apart (both relative to the
 # row's scale) are tried the other way, nearest the tie first, at most K per
 # round, in up to three rounds (a flip that brings the first failure later
-# or shrinks the logit error is kept).  If some such set of flips passes
+# or shrinks the logit error is kept; where no single flip does, pairs of
+# the --pairs nearest ties whose flip shrank the error are tried: two ties the
+# engine both rounded the other way, neither enough alone — deepseek2's
+# rope-key cache and a Q8_0 scale, t0412).  If some such set of flips passes
 # every check, the result is ok and names the flips: the engine follows the
 # emulated arithmetic except for roundings that float32 noise decided.
 # Exit status: 0 all ok, 1 a check failed or an error, 2 usage.
@@ -60,6 +63,8 @@ def parse(argv):
 	p.add_argument('--min-step', type=float, default=1e-4,
 		       help='ties: only roundings whose two candidates are this far apart')
 	p.add_argument('--max-tries', type=int, default=400)
+	p.add_argument('--pairs', type=int, default=8,
+		       help='ties: when no single flip makes progress, pairs of this many')
 	p.add_argument('--self-tol', type=float, default=1e-4)
 	p.add_argument('outputs', nargs='+', metavar='LABEL=ENGINE_OUT[@BASE]')
 	a = p.parse_args(argv)
@@ -163,7 +168,7 @@ class Judge:
 			# up to the first failure (later ones cannot cause it)
 			near = self.run(seq[:v.fail + 1], flips, a.margin)[1]
 			cands = [c for c in near if c[1] not in flips][:a.max_tries]
-			best = None
+			best, some = None, []
 			for c in cands:
 				f = flips + [c[1]]
 				w = self.verdict(logits, ids, f, v.fail)
@@ -172,12 +177,31 @@ class Judge:
 					if w.ok():
 						return w, used + [c]
 				if w.better_than(v) and (best is None or w.better_than(best[0])):
-					best = (w, c)
+					best = (w, [c])
+				if w.fail == v.fail and w.err < v.err:
+					some.append((w.err, len(some), c))
+			if best is None:
+				# two independent ties the engine both rounded the other
+				# way, neither enough alone: pairs of the singles that
+				# shrank the error, nearest their ties first (float32
+				# noise decides the nearest), at most --pairs of them
+				some = [c for _, _, c in some[:a.pairs]]
+				for i, c in enumerate(some):
+					for d in some[i + 1:]:
+						f = flips + [c[1], d[1]]
+						w = self.verdict(logits, ids, f, v.fail)
+						if w.fail is None:
+							w = self.verdict(logits, ids, f)
+							if w.ok():
+								return w, used + [c, d]
+						if w.better_than(v) and (best is None or
+									 w.better_than(best[0])):
+							best = (w, [c, d])
 			if best is None:
 				break
-			v, c = best
-			flips.append(c[1])
-			used.append(c)
+			v, cs = best
+			flips += [c[1] for c in cs]
+			used += cs
 		return base, []
 
 

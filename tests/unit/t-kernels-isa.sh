@@ -26,7 +26,7 @@ skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
 # The levels whose tables were built on this CPU.
 levels=$(MOE_ISA= "$t" | sed -n 's/^# tables://p')
 has() { case " $levels " in *" $1 "*) return 0 ;; esac; return 1; }
-echo "1..8"
+echo "1..10"
 run "MOE_ISA=generic" generic MOE_ISA=generic
 if has avx2; then
 	run "MOE_ISA=avx2" avx2 MOE_ISA=avx2
@@ -45,12 +45,20 @@ if has avxvnni; then
 	run "without AVX-512 (or its VNNI), AVX-VNNI gets avxvnni" avxvnni \
 		MOE_CPU_DISABLE=avx512vnni
 	if has avx512; then
-		run "with AVX-512 and AVX-VNNI the default is avx512" avx512
+		run "with AVX-512 and AVX-VNNI (no AVX512-BF16) the default is avx512" avx512 \
+			MOE_CPU_DISABLE=avx512bf16
 	else
 		skip "no avx512"
 	fi
 else
 	skip "no avx-vnni"; skip "no avx-vnni"; skip "no avx-vnni"
+fi
+if has avx512bf16; then
+	run "MOE_ISA=avx512bf16" avx512bf16 MOE_ISA=avx512bf16
+	run "avx512bf16 CPU without it (MOE_CPU_DISABLE) gets avx512" avx512 \
+		MOE_CPU_DISABLE=avx512bf16
+else
+	skip "no avx512bf16"; skip "no avx512bf16"
 fi
 run "no f16c: generic" generic MOE_CPU_DISABLE=f16c,avx512bw
 exit $fail

@@ -214,6 +214,17 @@ static bool close_enough(double got, double want, double scale, double tol)
 }
 
 static const moe_kernels *tables[MOE_ISA_COUNT];
+
+/* SIMD against generic: TOL_SIMD, except where a level rounds the
+ * activations (BF16 weights on avx512bf16: each x to bf16, a relative error
+ * of at most 2^-9 per term, so at most 2^-9 of sum |w||x| in all, plus the
+ * float accumulation).  Those kernels are also checked bit for bit against
+ * an emulation of their arithmetic (test_bf16_emulation). */
+#define TOL_BF16_ACT (0x1p-9 + 2e-5)
+static double tol_simd(const moe_kernels *k, int dt)
+{
+	return k->isa == MOE_ISA_AVX512BF16 && dt == MOE_BF16 ? TOL_BF16_ACT : TOL_SIMD;
+}
 static int n_tables;
 
 /* ------------------------------------------------------------ dot products */
@@ -259,7 +270,7 @@ static void vec_dot_case(int dt, int64_t n, int mode, int kind, tally *ref, tall
 		tables[k]->vec_dot[dt](n, &s, w, xq);
 		snprintf(what, sizeof(what), "%s n=%lld mode %d kind %d %s", moe_type_name(dt),
 			 (long long)n, mode, kind, moe_isa_name(tables[k]->isa));
-		tally_add(&simd[k], s, got, scale, TOL_SIMD, what);
+		tally_add(&simd[k], s, got, scale, tol_simd(tables[k], dt), what);
 	}
 	free(w);
 	free(x);
@@ -343,7 +354,7 @@ static void gemm_case(const moe_kernels *k, int dt, int64_t n)
 					snprintf(what, sizeof(what), "%s %s nr=%d nt=%d r=%d t=%d",
 						 moe_isa_name(k->isa), t->name, nr, nt, r, i);
 					tally_add(&tl, got, want[i * maxr + r], scale[i * maxr + r],
-						  TOL_SIMD, what);
+						  tol_simd(k, dt), what);
 				}
 			}
 		}
@@ -628,7 +639,8 @@ static void matmul_case(const moe_kernels *k, int dt, moe_pool *pools[3], const 
 							 moe_isa_name(k->isa), t->name, i, r, nt,
 							 threads[thi], rows);
 						tally_add(&tl, got, want[i * max_rows + r],
-							  scale[i * max_rows + r], TOL_SIMD, what);
+							  scale[i * max_rows + r], tol_simd(k, dt),
+							  what);
 					}
 				}
 			}
@@ -729,7 +741,13 @@ static void test_isa_table(void)
 					~in->features) == 0;
 	}
 	ok(sane && !moe_isa_info_get(MOE_ISA_COUNT), "level table: parents below, features nested");
+	const unsigned abf = moe_isa_info_get(MOE_ISA_AVX512BF16)->features;
+	is_int(moe_cpu_isa_for(abf), MOE_ISA_AVX512BF16, "avx512 and avx512bf16: avx512bf16");
+	is_int(moe_cpu_isa_for(abf | MOE_CPU_AVXVNNI), MOE_ISA_AVX512BF16,
+	       "avx512, avx512bf16 and avx-vnni: avx512bf16");
 	is_int(moe_cpu_isa_for(a512), MOE_ISA_AVX512, "all avx512 features: avx512");
+	is_int(moe_cpu_isa_for(abf & ~MOE_CPU_AVX512VNNI), MOE_ISA_AVX2,
+	       "avx512bf16 without vnni: avx2");
 	is_int(moe_cpu_isa_for(a512 & ~MOE_CPU_AVX512VNNI), MOE_ISA_AVX2,
 	       "avx512 without vnni: avx2");
 	is_int(moe_cpu_isa_for(a512 & ~MOE_CPU_AVX512BW), MOE_ISA_AVX2, "avx512 without bw: avx2");
@@ -848,6 +866,174 @@ static void test_golden(void)
 	}
 }
 
+/* ------------------------------------------------ bf16 arithmetic, emulated */
+
+/* The avx512bf16 level's BF16 kernels against a plain C model of the
+ * arithmetic kernels/avx512bf16.c's header describes, bit for bit: written
+ * here from the Intel SDM's VCVTNE2PS2BF16 and VDPBF16PS pseudocode, not
+ * from the kernel. */
+
+static float f32_of_bits(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint32_t bits_of_f32(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+/* convert_fp32_to_bfloat16: zeros and denormals to a signed zero, NaN
+ * quieted, Inf kept, else round to nearest even. */
+static uint16_t emu_bf16_round(float f)
+{
+	uint32_t u = bits_of_f32(f);
+	if ((u & 0x7F800000u) == 0)
+		return (uint16_t)((u >> 16) & 0x8000);
+	if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	if ((u & 0x7FFFFFFFu) == 0x7F800000u)
+		return (uint16_t)(u >> 16);
+	return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
+}
+
+/* A float with a denormal made a zero of its sign (DAZ in, FTZ out). */
+static float emu_flush(float f)
+{
+	return fpclassify(f) == FP_SUBNORMAL ? copysignf(0.0f, f) : f;
+}
+
+/* srcdest += make_fp32(a) * make_fp32(b): one rounding (the product is
+ * exact), denormals flushed on the way in and out. */
+static float emu_dp_step(float acc, uint16_t a, uint16_t b)
+{
+	float fa = emu_flush(f32_of_bits((uint32_t)a << 16));
+	float fb = emu_flush(f32_of_bits((uint32_t)b << 16));
+	return emu_flush(fmaf(fa, fb, emu_flush(acc)));
+}
+
+static float emu_bf16_dot(int64_t n, const uint16_t *w, const float *x)
+{
+	float lane[16];
+	for (int j = 0; j < 16; j++)
+		lane[j] = 0.0f;
+	for (int64_t i = 0; i < n; i += 32) {
+		for (int j = 0; j < 16; j++) {
+			for (int e = 1; e >= 0; e--) { /* element 2j+1, then 2j */
+				int64_t k = i + 2 * j + e;
+				uint16_t wk = k < n ? w[k] : 0, xk = k < n ? emu_bf16_round(x[k]) : 0;
+				lane[j] = emu_dp_step(lane[j], wk, xk);
+			}
+		}
+	}
+	for (int h = 8; h >= 1; h /= 2)
+		for (int j = 0; j < h; j++)
+			lane[j] = lane[j] + lane[j + h];
+	return lane[0];
+}
+
+/* Values that exercise the edges.  kind 0: ordinary; 1: bf16 denormal
+ * weights, float denormal activations, signed zeros, large magnitudes next
+ * to small ones (rounding in the accumulation); 2: tiny values whose
+ * products and sums are denormal (flushed) or just above. */
+static void bf16_edge_values(uint16_t *w, float *x, int64_t n, int kind)
+{
+	for (int64_t i = 0; i < n; i++) {
+		float wf = grand() * 0.1f, xf = grand();
+		uint32_t pick = rnd32() % 16;
+		if (kind == 1) {
+			if (pick == 1)
+				xf = f32_of_bits(rnd32() & 0x807FFFFFu); /* float denormal */
+			else if (pick == 2)
+				xf = -0.0f;
+			else if (pick == 3)
+				xf *= 3e4f;
+		} else if (kind == 2) {
+			wf *= 1e-19f, xf *= 1e-19f; /* products near 1e-40 */
+		}
+		w[i] = emu_bf16_round(wf);
+		/* A bf16 denormal weight (or zero), and in kind 1 an activation
+		 * large enough for its product to matter were it not read as 0. */
+		if (kind >= 1 && pick == 0) {
+			w[i] = (uint16_t)(rnd32() & 0x807F);
+			if (kind == 1)
+				xf = xf * 1e36f;
+		}
+		x[i] = xf;
+	}
+}
+
+static void test_bf16_emulation(void)
+{
+	const moe_kernels *k = moe_kernels_for(MOE_ISA_AVX512BF16);
+	if (!k) {
+		tap_diag("no avx512bf16 on this CPU: its emulation checks not run");
+		return;
+	}
+	/* Every tail length of a 32-element chunk, several chunks, long rows. */
+	enum { MAXN = 1100, NR = 9, NT = 53 };
+	uint16_t *w = malloc(sizeof(uint16_t) * MAXN * NR);
+	float *x = malloc(sizeof(float) * MAXN * NT), *s = malloc(sizeof(float) * NR * NT);
+	int dot_cases = 0, dot_differ = 0, gemm_cases = 0, gemm_differ = 0;
+
+	for (int64_t n = 1; n <= MAXN; n += n < 70 ? 1 : 257) {
+		for (int kind = 0; kind < 3; kind++) {
+			bf16_edge_values(w, x, n, kind);
+			float want = emu_bf16_dot(n, w, x), got = NAN;
+			k->vec_dot[MOE_BF16](n, &got, w, x);
+			dot_cases++;
+			if (bits_of_f32(got) != bits_of_f32(want) && dot_differ++ < 5)
+				printf("# bf16 vec_dot n=%lld kind %d: %a, emulated %a\n", (long long)n,
+				       kind, got, want);
+		}
+	}
+	/* The gemm over more tokens than one rounding chunk, ragged rows. */
+	const int64_t lens[] = {31, 33, 1000};
+	for (size_t li = 0; li < 3; li++) {
+		int64_t n = lens[li];
+		for (int r = 0; r < NR; r++)
+			bf16_edge_values(w + r * n, x, n, 1);
+		for (int t = 0; t < NT; t++)
+			bf16_edge_values(w + (NR - 1) * n, x + t * n, n, 1);
+		k->gemm[MOE_BF16](n, NR, NT, w, (size_t)n * 2, x, (size_t)n * 4, s, NR);
+		for (int t = 0; t < NT; t++) {
+			for (int r = 0; r < NR; r++) {
+				float want = emu_bf16_dot(n, w + r * n, x + t * n);
+				gemm_cases++;
+				if (bits_of_f32(s[t * NR + r]) != bits_of_f32(want) &&
+				    gemm_differ++ < 5)
+					printf("# bf16 gemm n=%lld r=%d t=%d: %a, emulated %a\n",
+					       (long long)n, r, t, s[t * NR + r], want);
+			}
+		}
+	}
+	is_int(dot_differ, 0, "avx512bf16: bf16 vec_dot equals the emulated vdpbf16ps (%d cases)",
+	       dot_cases);
+	is_int(gemm_differ, 0, "avx512bf16: bf16 gemm equals the emulation (%d values, %d tokens)",
+	       gemm_cases, NT);
+	/* The rounding itself, by hand (bf16 steps by 2^-7 above 1): 1 + 2^-8
+	 * is a tie and goes to the even 1, 1 + 3 * 2^-8 a tie that goes up to
+	 * the even 1 + 2^-6, and a denormal activation counts as 0. */
+	uint16_t one[32];
+	float xs[32] = {0};
+	for (int i = 0; i < 32; i++)
+		one[i] = 0x3F80; /* 1.0 */
+	xs[0] = 1.0f + 0x1p-8f;
+	xs[1] = 1.0f + 0x1.8p-7f;
+	xs[2] = 0x1p-140f;
+	float got = NAN;
+	k->vec_dot[MOE_BF16](32, &got, one, xs);
+	is_int((int)(bits_of_f32(got) == bits_of_f32(2.0f + 0x1p-6f)), 1,
+	       "avx512bf16: hand-rounded activations give 2 + 2^-6 (%a)", got);
+	free(w);
+	free(x);
+	free(s);
+}
+
 int main(void)
 {
 	for (int i = 0; i < MOE_ISA_COUNT; i++)
@@ -868,5 +1054,6 @@ int main(void)
 	test_matmul();
 	test_invariance();
 	test_isa_table();
+	test_bf16_emulation();
 	return tap_done();
 }
