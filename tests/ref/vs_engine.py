@@ -33,7 +33,9 @@
 # or shrinks the logit error is kept; where no single flip does, pairs of
 # the --pairs nearest ties whose flip shrank the error are tried: two ties the
 # engine both rounded the other way, neither enough alone — deepseek2's
-# rope-key cache and a Q8_0 scale, t0412).  If some such set of flips passes
+# rope-key cache and a Q8_0 scale, t0412 — then chains: for each of the
+# --pairs nearest flips, the --pairs nearest ties that are new in its run,
+# a later rounding the first flip moved near its tie).  If some such set of flips passes
 # every check, the result is ok and names the flips: the engine follows the
 # emulated arithmetic except for roundings that float32 noise decided.
 # Exit status: 0 all ok, 1 a check failed or an error, 2 usage.
@@ -192,6 +194,24 @@ class Judge:
 						w = self.verdict(logits, ids, f, v.fail)
 						if w.fail is None:
 							w = self.verdict(logits, ids, f)
+							if w.ok():
+								return w, used + [c, d]
+						if w.better_than(v) and (best is None or
+									 w.better_than(best[0])):
+							best = (w, [c, d])
+			if best is None:
+				# a chain: a flip moves a later rounding near its tie
+				# (the engine rounded both differently); the ties new
+				# in the run of each of the --pairs nearest flips
+				known = {c[1] for c in near}
+				for c in cands[:a.pairs]:
+					f = flips + [c[1]]
+					after = self.run(seq[:v.fail + 1], f, a.margin)[1]
+					new = [d for d in after if d[1] not in known][:a.pairs]
+					for d in new:
+						w = self.verdict(logits, ids, f + [d[1]], v.fail)
+						if w.fail is None:
+							w = self.verdict(logits, ids, f + [d[1]])
 							if w.ok():
 								return w, used + [c, d]
 						if w.better_than(v) and (best is None or
