@@ -69,10 +69,10 @@ int main(void)
 	p.min_p = 0;
 	p.seed = 42;
 	s = mk(p, 2);
-	int n1 = 0, N = 20000;
-	for (int i = 0; i < N; i++)
+	int n1 = 0, n_draws = 20000;
+	for (int i = 0; i < n_draws; i++)
 		n1 += moe_sampler_sample(s, two) == 1;
-	is_near((double)n1 / N, 0.75, 0.015, "draws follow the distribution (%d/%d)", n1, N);
+	is_near((double)n1 / n_draws, 0.75, 0.015, "draws follow the distribution (%d/%d)", n1, n_draws);
 	/* same seed, same sequence */
 	moe_sampler_reset(s);
 	int a[10], b[10];
