@@ -10,8 +10,9 @@
 #                 choice only, groups ranked by their best two, normalised
 #                 weights, x2.5 scaling
 # at F32, F16, Q8_0 (tiny) and Q4_K (small), each with the default kernels,
-# MOE_ISA=generic and MOE_ISA=avx2 (the default is AVX-512 where the CPU has
-# it), and prefill token by token against one batch.  The engine caches the
+# MOE_ISA=generic, MOE_ISA=avx2 and, where the CPU has AVX-VNNI,
+# MOE_ISA=avxvnni (the default is AVX-512 where the CPU has it; its bf16
+# level changes only BF16 weights, which these models do not have), and prefill token by token against one batch.  The engine caches the
 # latent and the rope key and attends in the absorbed form; the reference's
 # default is the absorbed form too, and its selftest (t0400) checks absorbed
 # = expanded within 1e-10.  Tolerances: t0410's, except the exact
@@ -97,7 +98,8 @@ model() { # model NAME ARCH TYPE SHAPE SEED -> result lines on stdout
 	# blocks of 4 positions (the 40 positions cross 9 block boundaries;
 	# the sums over a block's latents change with its size: only against
 	# the reference)
-	for run in "default" "generic generic" "avx2 avx2" "b1 '' 1" "k4 '' 0 4"; do
+	vnni=; grep -qw avx_vnni /proc/cpuinfo 2>/dev/null && vnni=yes
+	for run in "default" "generic generic" "avx2 avx2" ${vnni:+"avxvnni avxvnni"} "b1 '' 1" "k4 '' 0 4"; do
 		eval "set -- $run"
 		if engine "$name" "$@" && ! grep -q 'runtime error' "$T/$name.$1.err"; then
 			self=; [ $1 = b1 ] && self=@$name/default
