@@ -1031,13 +1031,11 @@ static void *populate_main(void *arg)
 			}
 		}
 		s->ready_slots = first + n;
+		if (s->ready_slots == s->n_slots)
+			s->st.populate_s = moe_time_now() - t0;
 		pthread_cond_broadcast(&s->pop_cv);
 		pthread_mutex_unlock(&s->mu);
 	}
-	pthread_mutex_lock(&s->mu);
-	s->st.populate_s = moe_time_now() - t0;
-	pthread_cond_broadcast(&s->pop_cv);
-	pthread_mutex_unlock(&s->mu);
 	return NULL;
 }
 
