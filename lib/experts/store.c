@@ -1255,6 +1255,28 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	}
 	for (size_t i = 0; i < s->n_slots; i++)
 		s->slots[i].key = -1;
+	s->depth = RING_DEPTH;
+	if (!p->no_uring) {
+		int r = io_uring_queue_init(s->depth, &s->ring, 0);
+		if (r < 0)
+			moe_log(MOE_LOG_WARN, "io_uring unavailable (%s): synchronous expert reads",
+				strerror(-r));
+		else
+			s->uring = true;
+	}
+	/* chunks of about 64 MiB (at least one slot, at most 1 GiB) */
+	s->pop_chunk = (size_t)((64ull << 20) / s->slot_bytes);
+	if (s->pop_chunk < 1)
+		s->pop_chunk = 1;
+	if (s->pop_chunk * s->slot_bytes > (1ull << 30))
+		s->pop_chunk = (size_t)((1ull << 30) / s->slot_bytes);
+	if (s->uring)
+		register_cache(s);
+	/* started first, so that it runs while the dense tensors are read */
+	if (pthread_create(&s->pop_thread, NULL, populate_main, s) == 0)
+		s->pop_started = true;
+	else
+		populate_main(s); /* no thread: all of it now */
 	/* The map's expert pages are never touched now.  Readahead on a fault
 	 * in the dense part would pull neighbouring expert pages into the page
 	 * cache (megabytes per fault): no readahead on the map, and the dense
@@ -1283,27 +1305,6 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 		if (s->spans[k].len)
 			posix_fadvise(s->fd, (off_t)s->spans[k].off, (off_t)s->spans[k].len,
 				      POSIX_FADV_DONTNEED);
-	s->depth = RING_DEPTH;
-	if (!p->no_uring) {
-		int r = io_uring_queue_init(s->depth, &s->ring, 0);
-		if (r < 0)
-			moe_log(MOE_LOG_WARN, "io_uring unavailable (%s): synchronous expert reads",
-				strerror(-r));
-		else
-			s->uring = true;
-	}
-	/* chunks of about 64 MiB (at least one slot, at most 1 GiB) */
-	s->pop_chunk = (size_t)((64ull << 20) / s->slot_bytes);
-	if (s->pop_chunk < 1)
-		s->pop_chunk = 1;
-	if (s->pop_chunk * s->slot_bytes > (1ull << 30))
-		s->pop_chunk = (size_t)((1ull << 30) / s->slot_bytes);
-	if (s->uring)
-		register_cache(s);
-	if (pthread_create(&s->pop_thread, NULL, populate_main, s) == 0)
-		s->pop_started = true;
-	else
-		populate_main(s); /* no thread: all of it now */
 	s->st.direct = s->direct;
 	s->st.uring = s->uring;
 	s->st.slots = s->n_slots;
