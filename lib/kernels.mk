@@ -3,9 +3,10 @@
 # time), matmul.
 noinst_HEADERS += lib/kernels.h lib/kernels/kernels_int.h lib/kernels/avx2_body.h
 lib_libmoecore_a_SOURCES += lib/kernels/kernels.c lib/kernels/generic.c lib/kernels/matmul.c
-# Products over the repacked (row-interleaved) layouts, one file per level.
+# Products over the repacked (row-interleaved) layouts, one file per level
+# around one loop (repack_loop.h).
 lib_libmoecore_a_SOURCES += lib/kernels/repack_generic.c
-noinst_HEADERS += lib/kernels/repack_x86.h
+noinst_HEADERS += lib/kernels/repack_loop.h lib/kernels/repack_x86.h
 # The attention tile: one body (attn_tile.h) compiled once per level.
 noinst_HEADERS += lib/kernels/attn_tile.h
 lib_libmoecore_a_SOURCES += lib/kernels/attn_generic.c
