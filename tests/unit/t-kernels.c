@@ -35,24 +35,10 @@
 #include "kernels.h"
 #include "quant/blocks.h"
 #include "tap.h"
+#include "testrand.h"
 
 #define TOL_REF 2e-5
 #define TOL_SIMD 2e-5
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-
-static uint32_t rnd32(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
-}
-
-static float frand(void) /* [-1, 1) */
-{
-	return (float)((int32_t)rnd32() / 2147483648.0);
-}
 
 /* Roughly normal, with an occasional outlier as real activations have. */
 static float grand(void)
