@@ -415,9 +415,21 @@ typedef struct moe_endpoint_result {
 int moe_bench_endpoint_run(const moe_endpoint_params *p, moe_endpoint_result *r, moe_error *e);
 /* ------------------------------------------------- memory budgets (budget.c) */
 
-/* O_DIRECT sequential read bandwidth (bytes/s) of the file's disk over at
- * most max_bytes (4 MiB reads from a quarter into the file). */
-int moe_bench_disk_bw(const char *path, uint64_t max_bytes, double *bw, moe_error *e);
+/* The read bandwidth of m's disk as the streamed expert store sees it:
+ * reads of whole experts (each (layer, expert)'s bytes, 4096-rounded) in a
+ * shuffled order, O_DIRECT (buffered where refused, the pages dropped
+ * after), `depth` in flight through io_uring (1: one pread at a time), until
+ * max_bytes are read.  Depth 1 is the disk a lone miss waits on;
+ * moe_experts_queue_depth(m) is the most a decode step keeps in flight. */
+typedef struct moe_disk_bw {
+	double bytes_s;        /* bandwidth */
+	double read_bytes;     /* mean read size */
+	uint64_t bytes;        /* read in all */
+	unsigned depth;        /* reads in flight (1 without io_uring) */
+	bool direct;           /* O_DIRECT */
+} moe_disk_bw;
+int moe_bench_disk_bw(const moe_model *m, unsigned depth, uint64_t max_bytes, moe_disk_bw *out,
+		      moe_error *e);
 
 typedef struct moe_budget_params {
 	uint64_t budget;       /* bytes, as --mem-budget; 0: the resident store */
@@ -427,6 +439,7 @@ typedef struct moe_budget_params {
 	bool no_prefetch, no_overlap;
 	int n_prompt, n_gen, n_threads;
 	double disk_bw;        /* bytes/s for the I/O bound (0: none) */
+	double disk_bw_qd1;    /* ... one read at a time, for the second bound (0: none) */
 	const int32_t *ids;    /* a text fed one token at a time (n_ids >= n_prompt + n_gen
 				* + 1), or NULL: random ids as llama-bench's tg */
 	size_t n_ids;
@@ -443,6 +456,7 @@ typedef struct moe_budget_row {
 	double overlap;         /* of the experts acquired, the share computed while
 				 * reads of their layer were still in flight */
 	double io_bound_tok_s;  /* disk_bw / bytes_per_token */
+	double io_bound_qd1_tok_s; /* disk_bw_qd1 / bytes_per_token */
 	bool direct;
 } moe_budget_row;
 

@@ -112,6 +112,11 @@ void moe_experts_inject_trickle(moe_expert_store *s, uint64_t usec);
 /* Drop every unpinned cached expert (benchmarks: a cold start). */
 void moe_experts_drop(moe_expert_store *s);
 
+/* The most reads the store keeps in flight while decoding one token: a
+ * layer's chosen experts (all of them missing) and the prefetch reads the
+ * lookahead may have started.  moe-bench measures the disk at this depth. */
+unsigned moe_experts_queue_depth(const moe_model *m);
+
 /* Parse "1536M", "2G", "4096", "75%" (of the model's total weight bytes
  * when model_bytes > 0).  0 or MOE_EINVAL naming the text. */
 int moe_experts_parse_size(const char *text, uint64_t model_bytes, uint64_t *out, moe_error *e);

@@ -800,6 +800,16 @@ static int run_endpoint(int argc, char **argv)
 	return 0;
 }
 
+/* The disk as the expert store reads it: expert-sized reads one at a time
+ * (qd1) and at the store's queue depth (qdn, the bound's). */
+static void measure_disk(const moe_model *m, moe_disk_bw *qd1, moe_disk_bw *qdn)
+{
+	moe_error e = {0};
+	if (moe_bench_disk_bw(m, 1, 512u << 20, qd1, &e) < 0 ||
+	    moe_bench_disk_bw(m, moe_experts_queue_depth(m), 512u << 20, qdn, &e) < 0)
+		die_error(&e);
+}
+
 /* --plan: the fit planner. */
 static void run_plan(const bench_opts *o)
 {
@@ -810,9 +820,11 @@ static void run_plan(const bench_opts *o)
 	moe_stream_result sr;
 	moe_plan_params pp = {.mem_available = moe_bench_mem_available(),
 			      .profile = o->expert_profile};
-	if (moe_bench_stream(256u << 20, o->threads.v[0], 3, &sr, &e) < 0 ||
-	    moe_bench_disk_bw(o->models[0], 512u << 20, &pp.disk_bw, &e) < 0)
+	if (moe_bench_stream(256u << 20, o->threads.v[0], 3, &sr, &e) < 0)
 		die_error(&e);
+	moe_disk_bw qd1, qdn;
+	measure_disk(m, &qd1, &qdn);
+	pp.disk_bw = qdn.bytes_s;
 	pp.mem_bw = sr.read_gbs * 1e9;
 	moe_plan pl;
 	if (moe_bench_plan(m, &pp, &pl, &e) < 0)
@@ -820,12 +832,13 @@ static void run_plan(const bench_opts *o)
 	printf("model: %s: %.1f MiB of weights, %.1f MiB non-expert, %.2f MiB per expert slot, "
 	       "%.1f MiB read per token\n"
 	       "machine: %.1f MiB available, memory %.1f GB/s (read, %d threads), disk %.2f GB/s "
-	       "(O_DIRECT)\nrouting: %s\n\n"
+	       "at %u reads in flight, %.2f GB/s one at a time (%.2f MiB reads%s)\nrouting: %s\n\n"
 	       "| --mem-budget | slots | hit %% | MB read/token | predicted t/s | fits |\n"
 	       "|---:|---:|---:|---:|---:|:---|\n",
 	       o->models[0], (double)(pl.fixed + pl.experts) / 1048576, (double)pl.fixed / 1048576,
 	       (double)pl.slot / 1048576, pl.active / 1048576, (double)pp.mem_available / 1048576,
-	       sr.read_gbs, sr.n_threads, pp.disk_bw / 1e9,
+	       sr.read_gbs, sr.n_threads, qdn.bytes_s / 1e9, qdn.depth, qd1.bytes_s / 1e9,
+	       qdn.read_bytes / 1048576, qdn.direct ? ", O_DIRECT" : ", buffered: O_DIRECT refused",
 	       o->expert_profile ? o->expert_profile : "uniform (no --expert-profile)");
 	for (int i = 0; i < pl.n; i++) {
 		const moe_plan_row *r = &pl.rows[i];
@@ -845,20 +858,21 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 {
 	moe_error e = {0};
 	moe_model *m;
-	double load_s, bw = 0;
+	double load_s;
 	(void)env;
 	load_model(o->models[0], &m, &load_s);
-	if (moe_bench_disk_bw(o->models[0], 512u << 20, &bw, &e) < 0)
-		die_error(&e);
+	moe_disk_bw qd1, qdn;
 	uint64_t all = moe_experts_fixed_bytes(m) + moe_experts_total_bytes(m);
 	bool json = o->fmt == MOE_BENCH_JSON || o->fmt == MOE_BENCH_JSONL;
 	json_t *arr = json_array();
 	if (!json)
 		printf("model: %s; weights %.1f MiB (non-expert %.1f MiB)\n\n"
 		       "| budget MiB | slots | t/s | hit %% | predicted %% | prefetch used %% | MB read/token "
-		       "| I/O wait s | overlap %% | disk GB/s | read GB/s | I/O bound t/s | %% of bound |\n"
-		       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-		       o->models[0], (double)all / 1048576, (double)moe_experts_fixed_bytes(m) / 1048576);
+		       "| I/O wait s | overlap %% | disk GB/s QD%u | QD1 | read GB/s | I/O bound t/s "
+		       "| %% of bound | %% of QD1 bound |\n"
+		       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+		       o->models[0], (double)all / 1048576, (double)moe_experts_fixed_bytes(m) / 1048576,
+		       moe_experts_queue_depth(m));
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
 	int n_prompt = 8, n_gen = o->gens.v[0];
@@ -877,23 +891,25 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		/* the disk again for each budget: on a shared machine its bandwidth
 		 * drifts, and the %% of the bound is only as good as this figure */
-		if (tok != list && moe_bench_disk_bw(o->models[0], 512u << 20, &bw, &e) < 0)
-			die_error(&e);
+		measure_disk(m, &qd1, &qdn);
+		double bw = qdn.bytes_s;
 		moe_budget_params p = {.policy = o->policy, .profile = o->expert_profile,
 				       .pin_fraction = o->pin, .no_prefetch = o->no_prefetch,
 				       .no_overlap = o->no_overlap,
 				       .n_prompt = n_prompt, .n_gen = n_gen,
-				       .n_threads = o->threads.v[0], .disk_bw = bw, .ids = ids,
+				       .n_threads = o->threads.v[0], .disk_bw = bw,
+				       .disk_bw_qd1 = qd1.bytes_s, .ids = ids,
 				       .n_ids = n_ids, .seed = o->seed};
 		moe_budget_row r;
 		if ((strcmp(tok, "resident") && moe_experts_parse_budget(tok, m, &p.budget, &e) < 0) ||
 		    moe_bench_budget(m, &p, &r, &e) < 0)
 			die_error(&e);
 		double pct = r.io_bound_tok_s > 0 ? 100.0 * r.tok_s / r.io_bound_tok_s : 0;
+		double pct1 = r.io_bound_qd1_tok_s > 0 ? 100.0 * r.tok_s / r.io_bound_qd1_tok_s : 0;
 		if (json)
 			json_array_append_new(
 				arr, json_pack("{s:s, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-					       "s:f, s:f, s:f, s:b, s:s}",
+					       "s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:b, s:s}",
 					       "model", o->models[0], "budget_bytes", (json_int_t)r.budget,
 					       "slots", (json_int_t)r.slots, "n_gen", r.n_gen, "tok_s",
 					       r.tok_s, "hit_rate", r.hit_rate, "prediction_accuracy",
@@ -901,15 +917,19 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 					       "bytes_read_per_token", r.bytes_per_token, "io_wait_s",
 					       r.io_wait_s, "overlap", r.overlap, "read_bytes_s",
 					       r.tok_s * r.bytes_per_token, "disk_bw_bytes_s", bw, "io_bound_tok_s",
-					       r.io_bound_tok_s, "pct_of_io_bound", pct, "o_direct",
+					       r.io_bound_tok_s, "pct_of_io_bound", pct, "disk_queue_depth",
+					       (int)qdn.depth, "disk_read_bytes", qdn.read_bytes,
+					       "disk_bw_qd1_bytes_s", qd1.bytes_s, "io_bound_qd1_tok_s",
+					       r.io_bound_qd1_tok_s, "pct_of_io_bound_qd1", pct1, "o_direct",
 					       r.direct, "policy", o->policy ? "lru" : "lfru"));
 		else
 			printf("| %.0f | %llu | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f | %.0f | %.2f | %.2f | "
-			       "%.2f | %.0f |\n",
+			       "%.2f | %.2f | %.0f | %.0f |\n",
 			       (double)r.budget / 1048576, (unsigned long long)r.slots, r.tok_s,
 			       100 * r.hit_rate, 100 * r.prediction, 100 * r.prefetch_used,
 			       r.bytes_per_token / 1e6, r.io_wait_s, 100 * r.overlap, bw / 1e9,
-			       r.tok_s * r.bytes_per_token / 1e9, r.io_bound_tok_s, pct);
+			       qd1.bytes_s / 1e9, r.tok_s * r.bytes_per_token / 1e9, r.io_bound_tok_s, pct,
+			       pct1);
 		fflush(stdout);
 	}
 	free(list);

@@ -6,59 +6,183 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-int moe_bench_disk_bw(const char *path, uint64_t max_bytes, double *bw, moe_error *e)
+/* The (layer, expert) spans of m's file, 4096-rounded, shuffled (a fixed
+ * seed): the reads a cold streamed store would issue, in no useful order. */
+static size_t expert_reads(const moe_model *m, uint64_t (**out)[2])
 {
-	/* 4 MiB O_DIRECT reads from the middle of the file (the experts),
-	 * sequential, as the store's reads are about an expert's size */
-	size_t blk = 4u << 20;
-	int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-	bool direct = fd >= 0;
-	if (fd < 0)
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return moe_err(e, MOE_EIO, "%s: %s", path, strerror(errno));
-	off_t size = lseek(fd, 0, SEEK_END);
-	/* a small file: smaller reads, from its start */
-	if (size >= 0 && (uint64_t)size < 16 * (uint64_t)blk)
-		blk = (size_t)(size / 16 / 4096 * 4096);
-	if (blk == 0) {
-		close(fd);
-		return moe_err(e, MOE_EIO, "%s: too small to measure the disk", path);
+	size_t n = 0, cap = (size_t)m->hp.n_layer * m->hp.n_expert;
+	uint64_t (*r)[2] = malloc((cap ? cap : 1) * sizeof *r);
+	*out = r;
+	if (!r)
+		return 0;
+	for (uint32_t il = 0; il < m->hp.n_layer; il++)
+		for (uint32_t x = 0; m->layers[il].is_moe && x < m->hp.n_expert; x++) {
+			size_t first, count;
+			if (moe_uth_expert(m->file, (uint16_t)il, (uint16_t)x, &first, &count) < 0)
+				continue;
+			const moe_uth_tensor *a = &m->file->tensors[first], *z = &a[count - 1];
+			uint64_t len = z->offset + z->size - a->offset;
+			r[n][0] = a->offset;
+			r[n][1] = (len + MOE_UTH_ALIGN - 1) / MOE_UTH_ALIGN * MOE_UTH_ALIGN;
+			n++;
+		}
+	uint64_t rng = 0x9e3779b97f4a7c15ull;
+	for (size_t i = n; i > 1; i--) {
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		size_t j = (size_t)((rng >> 33) % i);
+		uint64_t t0 = r[i - 1][0], t1 = r[i - 1][1];
+		r[i - 1][0] = r[j][0], r[i - 1][1] = r[j][1];
+		r[j][0] = t0, r[j][1] = t1;
 	}
-	void *buf = mmap(NULL, blk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (buf == MAP_FAILED) {
-		close(fd);
-		return moe_err(e, MOE_ENOMEM, "out of memory");
-	}
-	uint64_t start = (uint64_t)size / 4 / blk * blk, done = 0;
-	if (max_bytes > (uint64_t)size - start)
-		max_bytes = (uint64_t)size - start;
-	double t0 = moe_time_now();
-	int rc = 0;
-	while (done + blk <= max_bytes) {
-		ssize_t r = pread(fd, buf, blk, (off_t)(start + done));
-		if (r < 0 && errno == EINTR)
+	return n;
+}
+
+/* One read of r[0..1] into buf, whole (pread loop); bytes or -errno. */
+static int64_t read_whole(int fd, uint8_t *buf, const uint64_t r[2])
+{
+	uint64_t got = 0;
+	while (got < r[1]) {
+		ssize_t k = pread(fd, buf + got, r[1] - got, (off_t)(r[0] + got));
+		if (k < 0 && errno == EINTR)
 			continue;
-		if (r <= 0) {
-			rc = moe_err(e, MOE_EIO, "%s: %s", path, r < 0 ? strerror(errno) : "short read");
+		if (k < 0)
+			return -errno;
+		if (k == 0)
+			break;
+		got += (uint64_t)k;
+	}
+	return (int64_t)got;
+}
+
+typedef struct {
+	int fd;
+	uint8_t *buf;          /* depth buffers of slot bytes */
+	uint64_t slot, max;
+	unsigned depth;
+	const uint64_t (*rd)[2];
+	size_t n;
+} probe;
+
+/* Read the spans in order, p->depth at a time through io_uring (or one at a
+ * time with pread when depth is 1 or io_uring is unavailable), until max
+ * bytes are read.  Bytes read (*t: seconds), or -errno (-EINVAL: O_DIRECT
+ * refused); *depth: the depth used. */
+static int64_t run_probe(const probe *p, double *t, unsigned *depth)
+{
+	struct io_uring ring;
+	bool uring = p->depth > 1 && io_uring_queue_init(p->depth, &ring, 0) == 0;
+	uint64_t done = 0, issued = 0;
+	size_t next = 0;
+	unsigned inflight = 0;
+	int64_t err = 0;
+	double t0 = moe_time_now();
+	*depth = uring ? p->depth : 1;
+	while (!uring && next < p->n && done < p->max) {
+		int64_t r = read_whole(p->fd, p->buf, p->rd[next]);
+		if (r < 0 || (uint64_t)r < p->rd[next][1])
+			return r < 0 ? r : -ENODATA;
+		done += (uint64_t)r;
+		next++;
+	}
+	/* depth reads in flight; a read reuses the buffer of the one it replaces */
+	while (uring && !err && (inflight || (next < p->n && issued < p->max))) {
+		struct io_uring_sqe *sqe;
+		while (inflight < p->depth && next < p->n && issued < p->max &&
+		       (sqe = io_uring_get_sqe(&ring))) {
+			io_uring_prep_read(sqe, p->fd, p->buf + next % p->depth * p->slot,
+					   (unsigned)p->rd[next][1], p->rd[next][0]);
+			io_uring_sqe_set_data64(sqe, next);
+			issued += p->rd[next][1];
+			next++;
+			inflight++;
+		}
+		struct io_uring_cqe *cqe;
+		int r;
+		do
+			r = io_uring_submit_and_wait(&ring, 1);
+		while (r == -EINTR);
+		if (r >= 0)
+			r = io_uring_wait_cqe(&ring, &cqe);
+		if (r < 0) {
+			err = r;
 			break;
 		}
-		done += (uint64_t)r;
+		uint64_t i = io_uring_cqe_get_data64(cqe);
+		int res = cqe->res;
+		io_uring_cqe_seen(&ring, cqe);
+		inflight--;
+		if (res < 0 || (uint64_t)res < p->rd[i][1])
+			err = res < 0 ? res : -ENODATA;
+		else
+			done += (uint64_t)res;
 	}
-	double dt = moe_time_now() - t0;
-	if (!direct)
-		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	munmap(buf, blk);
-	close(fd);
-	if (rc == 0 && (done == 0 || dt <= 0))
+	*t = moe_time_now() - t0;
+	if (uring) {
+		struct io_uring_cqe *cqe;
+		while (inflight && io_uring_wait_cqe(&ring, &cqe) == 0)
+			io_uring_cqe_seen(&ring, cqe), inflight--;
+		io_uring_queue_exit(&ring);
+	}
+	return err ? err : (int64_t)done;
+}
+
+int moe_bench_disk_bw(const moe_model *m, unsigned depth, uint64_t max_bytes, moe_disk_bw *out,
+		      moe_error *e)
+{
+	const char *path = m->file->path;
+	memset(out, 0, sizeof *out);
+	uint64_t (*rd)[2];
+	size_t n = expert_reads(m, &rd);
+	if (!rd)
+		return moe_err(e, MOE_ENOMEM, "out of memory");
+	probe p = {.fd = -1, .rd = (const uint64_t (*)[2])rd, .n = n, .max = max_bytes,
+		   .depth = depth < 1 ? 1 : depth > n ? (unsigned)n : depth};
+	for (size_t i = 0; i < n; i++)
+		p.slot = rd[i][1] > p.slot ? rd[i][1] : p.slot;
+	int rc = 0;
+	size_t bytes = (size_t)p.depth * p.slot;
+	if (!n || !p.slot)
+		rc = moe_err(e, MOE_EINVAL, "%s: no experts to measure the disk with", path);
+	else if ((p.buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			       0)) == MAP_FAILED)
+		rc = moe_err(e, MOE_ENOMEM, "out of memory");
+	else /* faulted in now: a first touch during the reads would time the zeroing */
+		memset(p.buf, 0, bytes);
+	int64_t r = -EINVAL;
+	double dt = 0;
+	/* O_DIRECT first; buffered where it is refused, at open or at read */
+	for (int direct = 1; rc == 0 && direct >= 0 && r == -EINVAL; direct--) {
+		p.fd = open(path, O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
+		if (p.fd < 0 && !direct)
+			rc = moe_err(e, MOE_EIO, "%s: %s", path, strerror(errno));
+		if (p.fd < 0)
+			continue;
+		out->direct = direct;
+		r = run_probe(&p, &dt, &out->depth);
+		if (!direct) /* what buffered reads brought in is not ours to keep */
+			posix_fadvise(p.fd, 0, 0, POSIX_FADV_DONTNEED);
+		close(p.fd);
+	}
+	if (rc == 0 && r < 0)
+		rc = moe_err(e, MOE_EIO, "%s: reading experts to measure the disk: %s", path,
+			     r == -ENODATA ? "short read" : strerror((int)-r));
+	else if (rc == 0 && (r == 0 || dt <= 0))
 		rc = moe_err(e, MOE_EIO, "%s: too small to measure the disk", path);
-	if (rc == 0)
-		*bw = (double)done / dt;
+	if (rc == 0) {
+		out->bytes_s = (double)r / dt;
+		out->bytes = (uint64_t)r;
+		for (size_t i = 0; i < n; i++)
+			out->read_bytes += (double)rd[i][1] / (double)n;
+	}
+	if (p.buf && p.buf != MAP_FAILED)
+		munmap(p.buf, bytes);
+	free(rd);
 	return rc;
 }
 
@@ -122,6 +246,9 @@ int moe_bench_budget(const moe_model *m, const moe_budget_params *p, moe_budget_
 		row->io_bound_tok_s = row->bytes_per_token > 0 && p->disk_bw > 0
 					      ? p->disk_bw / row->bytes_per_token
 					      : 0;
+		row->io_bound_qd1_tok_s = row->bytes_per_token > 0 && p->disk_bw_qd1 > 0
+						  ? p->disk_bw_qd1 / row->bytes_per_token
+						  : 0;
 	}
 	moe_seq_free(seq);
 	moe_engine_free(eng);

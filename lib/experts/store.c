@@ -29,6 +29,8 @@ enum { PREDICTED = 1, CANDIDATE = 2 };
 #define HALF_LIFE 8.0
 /* prefetch: at most this many reads in flight, and the history window */
 enum { PF_MAX_INFLIGHT = 2, PF_WINDOW = 64, PF_MIN_HISTORY = 16 };
+/* io_uring's submission queue: more reads than that wait for a slot in it */
+enum { RING_DEPTH = 64 };
 
 typedef struct {
 	int32_t key;          /* layer * n_expert + expert, or -1 */
@@ -179,6 +181,12 @@ int moe_experts_parse_size(const char *text, uint64_t model_bytes, uint64_t *out
 uint64_t moe_experts_min_budget(const moe_model *m)
 {
 	return moe_experts_fixed_bytes(m) + (uint64_t)m->hp.n_expert * moe_experts_slot_bytes(m);
+}
+
+unsigned moe_experts_queue_depth(const moe_model *m)
+{
+	unsigned d = m->hp.n_expert_used + PF_MAX_INFLIGHT;
+	return d < RING_DEPTH ? d : RING_DEPTH;
 }
 
 int moe_experts_parse_budget(const char *text, const moe_model *m, uint64_t *out, moe_error *e)
@@ -1174,7 +1182,7 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 		if (s->spans[k].len)
 			posix_fadvise(s->fd, (off_t)s->spans[k].off, (off_t)s->spans[k].len,
 				      POSIX_FADV_DONTNEED);
-	s->depth = 64;
+	s->depth = RING_DEPTH;
 	if (!p->no_uring) {
 		int r = io_uring_queue_init(s->depth, &s->ring, 0);
 		if (r < 0)

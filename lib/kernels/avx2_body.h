@@ -564,24 +564,38 @@ static void vec_dot_iq4_xs(int64_t n, float *s, const void *w, const void *x)
 
 /* ------------------------------------------------ prefill GEMM, K-quants
  *
- * For many tokens (Q4_K, Q5_K, Q6_K), as in avx512.c: the codes of 8 weight
- * rows are unpacked once into bytes with the rows in the 32-bit lanes,
- * [k / 4][8 rows][4 bytes], and reused for every token; vpmaddubsw
- * multiplies four codes of 8 rows with four activation codes of one token
- * (broadcast) into 16-bit pair sums, which are added up over as many steps
- * as stay below 2^15 (Q4_K a whole group of 32: 8 * 2 * 15 * 127; Q5_K 16
- * codes; Q6_K 8) before vpmaddwd applies the group scale in 32 bits.  The
- * integers are exact, and the float sequence is ksb_step's, lane by lane. */
+ * For many tokens (Q2_K .. Q6_K), as in avx512.c: the codes of 16 weight
+ * rows are unpacked once into bytes with the rows in the 32-bit lanes of
+ * two vectors of 8, [k / 4][2][8 rows][4 bytes], and reused for every
+ * token; vpmaddubsw multiplies four codes of 8 rows with four activation
+ * codes of one token (broadcast) into 16-bit pair sums, which are added up
+ * over as many steps as stay below 2^15 (Q4_K a whole group of 32:
+ * 8 * 2 * 15 * 127; Q5_K 16 codes; Q6_K 8) before vpmaddwd applies the
+ * group scale in 32 bits.  The integers are exact, and the float sequence
+ * is ksb_step's, lane by lane.
+ *
+ * The register tile is 16 rows x 4 tokens.  Zen 5 (what this was measured
+ * on) issues two vector loads and two 8-bit multiplies (vpmaddubsw or
+ * vpdpbusd, ymm) per cycle: a tile of 8 rows needs a load (the broadcast
+ * activation) per multiply, so the loads bound it; with 16 rows each
+ * broadcast serves two multiplies, and the loop over a group runs at the
+ * multiplies' rate.  What is left per super-block (the minimums, the float
+ * step) goes token by token, and the unpacking is unrolled whole (its
+ * loops left to GCC went through the stack) with the Q4_K/Q5_K scales
+ * unpacked in vectors. */
 
-#define KSB2 8 /* super-blocks per unpacked chunk */
+#define KSB2 4 /* super-blocks per unpacked chunk (the pack, 22 KiB, in L1) */
 #define GT2 4  /* tokens per register tile */
+#define KR2 16 /* rows per register tile: two vectors of 8 */
 
 typedef struct {
-	uint8_t q[KSB2][64][32];  /* [sb][k/4][row][4] codes */
-	int32_t sc[KSB2][16][8];  /* [sb][group][row] scale in both 16-bit halves */
-	int32_t mm[KSB2][8][8];   /* [sb][j][row]: Q4_K/Q5_K m_j | m_j << 16;
-				   * Q6_K -32 sc_2j | -32 sc_2j+1 << 16 */
-	float d[KSB2][8], dmin[KSB2][8];
+	uint8_t q[KSB2][64][2][32]; /* [sb][k/4][row / 8][row % 8][4] codes */
+	int32_t sc[KSB2][16][KR2];  /* [sb][group][row] scale in both 16-bit halves */
+	int32_t mm[KSB2][8][KR2];   /* [sb][j][row]: Q4_K/Q5_K (j < 4) m_2j | m_2j+1 << 16,
+				     * against the group sums of the activations;
+				     * Q6_K -32 sc_2j | -32 sc_2j+1 << 16, Q2_K, Q3_K
+				     * likewise, against the 16-element bsums */
+	float d[KSB2][KR2], dmin[KSB2][KR2];
 } kq2_pack;
 
 enum { KQ2_Q4_K, KQ2_Q5_K, KQ2_Q6_K, KQ2_Q2_K, KQ2_Q3_K };
@@ -590,18 +604,18 @@ enum { KQ2_Q4_K, KQ2_Q5_K, KQ2_Q6_K, KQ2_Q2_K, KQ2_Q3_K };
 INLINE void transpose8(__m256i v[8])
 {
 	__m256i t[8], u[8];
-	for (int i = 0; i < 4; i++) {
+	MOE_UNROLL2 for (int i = 0; i < 4; i++) {
 		t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
 		t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
 	}
-	for (int i = 0; i < 2; i++) {
+	MOE_UNROLL2 for (int i = 0; i < 2; i++) {
 		u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
 		u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
 		u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
 		u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
 	}
 	/* u[4i + c]: 128-bit half L holds column 4L + c of rows 4i..4i+3. */
-	for (int c = 0; c < 4; c++) {
+	MOE_UNROLL2 for (int c = 0; c < 4; c++) {
 		v[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
 		v[4 + c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
 	}
@@ -646,7 +660,38 @@ INLINE __m256i kq2_codes(const int kind, const uint8_t *b, int c)
 	return q;
 }
 
-static void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ldw, int rows,
+/* Software prefetch of the weight rows into L2, MOE_PF_DIST2 bytes ahead of
+ * where each row of a tile is being read (avx512.c's prefetch_ahead, which
+ * says why: the hardware prefetchers do not follow 16 interleaved rows). */
+#define MOE_PF_DIST2 16384
+INLINE void prefetch_ahead2(const uint8_t *p, size_t len)
+{
+	for (size_t o = 0; o < len; o += 64)
+		_mm_prefetch((const char *)p + MOE_PF_DIST2 + o, _MM_HINT_T1);
+}
+
+/* Q4_K/Q5_K: the first 16 bytes of a super-block (d, dmin, the 12 packed
+ * scale bytes) to the scales sc[8] as 32-bit lanes (*sc), and to the
+ * minimums in pairs, m_2j | m_2j+1 << 16 in lane j < 4, with d | dmin << 16
+ * in lane 4 (*mdd).  The bytes as moe_k4_unpack_scales rearranges them:
+ * dwords a, b, c after d, dmin. */
+INLINE void k4_head(const uint8_t *p, __m256i *sc, __m256i *mdd)
+{
+	const __m128i v = _mm_loadu_si128((const void *)p);
+	__m128i lo = _mm_shuffle_epi32(v, _MM_SHUFFLE(3, 2, 3, 1)); /* a c b c */
+	__m128i hi = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 1, 1)); /* a a b b */
+	lo = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 0, 4)),
+			   _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
+	hi = _mm_and_si128(_mm_srli_epi32(hi, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+	const __m128i u = _mm_or_si128(lo, hi); /* sc 0-7, m 0-7 */
+	*sc = _mm256_cvtepu8_epi32(u);
+	*mdd = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(u, 8))),
+				       v, 1);
+}
+
+/* Unpack super-blocks [i0, i0 + nsb) of `rows` (<= 16) rows; missing rows
+ * get zero codes and scales. */
+INLINE void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ldw, int rows,
 		       int64_t i0, int nsb)
 {
 	const size_t bsz = kind == KQ2_Q6_K   ? sizeof(moe_block_q6_k)
@@ -654,17 +699,71 @@ static void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ld
 			   : kind == KQ2_Q2_K ? sizeof(moe_block_q2_k)
 			   : kind == KQ2_Q3_K ? sizeof(moe_block_q3_k)
 					      : sizeof(moe_block_q4_k);
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
 	for (int sb = 0; sb < nsb; sb++) {
-		__m256i v[8];
-		for (int c = 0; c < 8; c++) {
-			for (int r = 0; r < 8; r++)
-				v[r] = r < rows ? kq2_codes(kind, w + r * ldw + (i0 + sb) * bsz, c)
-						: _mm256_setzero_si256();
-			transpose8(v);
-			for (int j = 0; j < 8; j++)
-				_mm256_store_si256((void *)pk->q[sb][8 * c + j], v[j]);
+		for (int hv = 0; hv < 2; hv++) {
+			const uint8_t *wh = w + (size_t)(8 * hv) * ldw + (i0 + sb) * bsz;
+			const int rh = rows - 8 * hv;
+			__m256i v[8];
+			MOE_UNROLL2 for (int r = 0; r < 8; r++)
+				if (r < rh)
+					prefetch_ahead2(wh + r * ldw, bsz);
+			if (kind == KQ2_Q4_K) {
+				/* Transpose the packed bytes, then split the
+				 * nibbles: dword j of qs[32p ..] holds codes
+				 * 64p + 4j .. +3 (low nibbles) and 32 more
+				 * (high), half the shuffles of transposing
+				 * the codes. */
+				MOE_UNROLL2 for (int p = 0; p < 4; p++) {
+					MOE_UNROLL2 for (int r = 0; r < 8; r++)
+						v[r] = r < rh ? _mm256_loadu_si256((const void *)(
+									wh + r * ldw +
+									offsetof(moe_block_q4_k, qs) + 32 * p))
+							      : _mm256_setzero_si256();
+					transpose8(v);
+					MOE_UNROLL2 for (int j = 0; j < 8; j++) {
+						_mm256_store_si256((void *)pk->q[sb][16 * p + j][hv],
+								   _mm256_and_si256(v[j], m4));
+						_mm256_store_si256(
+							(void *)pk->q[sb][16 * p + 8 + j][hv],
+							_mm256_and_si256(_mm256_srli_epi16(v[j], 4), m4));
+					}
+				}
+			} else {
+				MOE_UNROLL2 for (int c = 0; c < 8; c++) {
+					MOE_UNROLL2 for (int r = 0; r < 8; r++)
+						v[r] = r < rh ? kq2_codes(kind, wh + r * ldw, c)
+							      : _mm256_setzero_si256();
+					transpose8(v);
+					MOE_UNROLL2 for (int j = 0; j < 8; j++)
+						_mm256_store_si256((void *)pk->q[sb][8 * c + j][hv], v[j]);
+				}
+			}
+			if (kind == KQ2_Q4_K || kind == KQ2_Q5_K) {
+				__m256i m[8];
+				MOE_UNROLL2 for (int r = 0; r < 8; r++) {
+					v[r] = m[r] = _mm256_setzero_si256();
+					if (r < rh)
+						k4_head(wh + r * ldw, &v[r], &m[r]);
+				}
+				transpose8(v);
+				transpose8(m);
+				MOE_UNROLL2 for (int g = 0; g < 8; g++)
+					_mm256_store_si256((void *)(pk->sc[sb][g] + 8 * hv),
+							   _mm256_or_si256(v[g], _mm256_slli_epi32(v[g], 16)));
+				MOE_UNROLL2 for (int j = 0; j < 4; j++)
+					_mm256_store_si256((void *)(pk->mm[sb][j] + 8 * hv), m[j]);
+				const __m256i dl = _mm256_and_si256(m[4], _mm256_set1_epi32(0xFFFF));
+				const __m256i dh = _mm256_srli_epi32(m[4], 16);
+				_mm256_store_ps(pk->d[sb] + 8 * hv,
+						_mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(dl),
+										 _mm256_extracti128_si256(dl, 1))));
+				_mm256_store_ps(pk->dmin[sb] + 8 * hv,
+						_mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(dh),
+										 _mm256_extracti128_si256(dh, 1))));
+			}
 		}
-		for (int r = 0; r < 8; r++) {
+		for (int r = 0; kind != KQ2_Q4_K && kind != KQ2_Q5_K && r < KR2; r++) {
 			const uint8_t *b = w + r * ldw + (i0 + sb) * bsz;
 			if (r >= rows) {
 				for (int g = 0; g < 16; g++)
@@ -694,7 +793,7 @@ static void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ld
 				pk->d[sb][r] = h2f(b + (three ? offsetof(moe_block_q3_k, d)
 							      : offsetof(moe_block_q2_k, d)));
 				pk->dmin[sb][r] = three ? 0.0f : h2f(b + offsetof(moe_block_q2_k, dmin));
-			} else if (kind == KQ2_Q6_K) {
+			} else {
 				const moe_block_q6_k *q = (const void *)b;
 				for (int g = 0; g < 16; g++)
 					pk->sc[sb][g][r] = (int32_t)((uint32_t)(uint16_t)q->scales[g] *
@@ -705,18 +804,6 @@ static void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ld
 							  (uint32_t)(uint16_t)(-32 * q->scales[2 * j + 1]) << 16);
 				pk->d[sb][r] = _cvtsh_ss(q->d);
 				pk->dmin[sb][r] = 0.0f;
-			} else {
-				uint32_t u[4];
-				uint8_t sc[8], m[8];
-				moe_k4_unpack_scales(b + 4, u);
-				memcpy(sc, u, 8);
-				memcpy(m, u + 2, 8);
-				for (int g = 0; g < 8; g++) {
-					pk->sc[sb][g][r] = (int32_t)(sc[g] * 0x10001u);
-					pk->mm[sb][g][r] = (int32_t)(m[g] * 0x10001u);
-				}
-				pk->d[sb][r] = h2f(b);
-				pk->dmin[sb][r] = h2f(b + 2);
 			}
 		}
 	}
@@ -729,93 +816,116 @@ INLINE __m256i bcast32_2(const uint8_t *p)
 	return _mm256_set1_epi32(v);
 }
 
-/* T tokens x 8 rows over nsb unpacked super-blocks; acc[t] lane r is the
- * running sum of (row r, token t). */
+/* T tokens x 16 rows over nsb unpacked super-blocks; acc[v][t] lane r is
+ * the running sum of (row 8v + r, token t). */
 INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, int64_t i0,
-		     const uint8_t *x, size_t ldx, __m256 acc[GT2])
+		     const uint8_t *x, size_t ldx, __m256 acc[2][GT2])
 {
 	/* Steps of 4 codes per 16-bit partial sum; groups of 32 (16 for Q6_K,
 	 * Q2_K, Q3_K, whose codes are at most 7: 8 products fit 16 bits). */
 	const int k16 = kind == KQ2_Q6_K || kind == KQ2_Q2_K || kind == KQ2_Q3_K;
-	const int U = kind == KQ2_Q4_K ? 8 : kind == KQ2_Q5_K ? 4 : kind == KQ2_Q6_K ? 2 : 4;
 	const int ng = k16 ? 16 : 8, gl = 64 / ng;
-	for (int sb = 0; sb < nsb; sb++) {
-		const moe_block_q8_k *y0 = (const void *)(x + (i0 + sb) * sizeof(moe_block_q8_k));
-		__m256i is[GT2], ms[GT2];
-		MOE_UNROLL2 for (int t = 0; t < T; t++)
-			is[t] = _mm256_setzero_si256();
 #ifdef MOE_AVXVNNI
-		/* vpdpbusd sums a whole group in 32 bits; the scale (the high
-		 * 16-bit half, sign-extended) multiplies that sum once: the
-		 * same integer as the 16-bit steps below. */
-		(void)U;
-		for (int g = 0; g < ng; g++) {
-			const __m256i sc = _mm256_srai_epi32(
-				_mm256_load_si256((const void *)pk->sc[sb][g]), 16);
-			__m256i p[GT2];
-			MOE_UNROLL2 for (int t = 0; t < T; t++)
-				p[t] = _mm256_setzero_si256();
-			MOE_UNROLL2 for (int j = 0; j < gl; j++) {
-				const int k4 = gl * g + j;
-				const __m256i wv = _mm256_load_si256((const void *)pk->q[sb][k4]);
-				MOE_UNROLL2 for (int t = 0; t < T; t++) {
-					const uint8_t *y = (const uint8_t *)y0 + t * ldx;
-					p[t] = _mm256_dpbusd_avx_epi32(
-						p[t], wv, bcast32_2(y + offsetof(moe_block_q8_k, qs) + 4 * k4));
-				}
-			}
-			MOE_UNROLL2 for (int t = 0; t < T; t++)
-				is[t] = _mm256_add_epi32(is[t], _mm256_mullo_epi32(p[t], sc));
-		}
+	/* vpdpbusd sums a whole group in 32 bits; the scale (the high 16-bit
+	 * half, sign-extended) multiplies that sum once: the same integer as
+	 * the 16-bit steps. */
+	const int U = gl;
 #else
+	const int U = kind == KQ2_Q4_K ? 8 : kind == KQ2_Q5_K ? 4 : kind == KQ2_Q6_K ? 2 : 4;
+#endif
+	for (int sb = 0; sb < nsb; sb++) {
+		const uint8_t *y0 = x + (i0 + sb) * sizeof(moe_block_q8_k);
+		__m256i is[2][GT2];
+		MOE_UNROLL2 for (int v = 0; v < 2; v++)
+			MOE_UNROLL2 for (int t = 0; t < T; t++)
+				is[v][t] = _mm256_setzero_si256();
 		for (int g = 0; g < ng; g++) {
-			const __m256i sc = _mm256_load_si256((const void *)pk->sc[sb][g]);
 			for (int h = 0; h < gl; h += U) {
-				__m256i p[GT2];
-				MOE_UNROLL2 for (int t = 0; t < T; t++)
-					p[t] = _mm256_setzero_si256();
+				__m256i p[2][GT2];
 				MOE_UNROLL2 for (int j = 0; j < U; j++) {
 					const int k4 = gl * g + h + j;
-					const __m256i wv = _mm256_load_si256((const void *)pk->q[sb][k4]);
+					const __m256i w0 = _mm256_load_si256((const void *)pk->q[sb][k4][0]);
+					const __m256i w1 = _mm256_load_si256((const void *)pk->q[sb][k4][1]);
 					MOE_UNROLL2 for (int t = 0; t < T; t++) {
-						const uint8_t *y = (const uint8_t *)y0 + t * ldx;
-						p[t] = _mm256_add_epi16(
-							p[t], _mm256_maddubs_epi16(
-								      wv, bcast32_2(y + offsetof(moe_block_q8_k, qs) + 4 * k4)));
-						/* A chain per token: left alone, GCC
+						const __m256i xv = bcast32_2(
+							y0 + t * ldx + offsetof(moe_block_q8_k, qs) + 4 * k4);
+#ifdef MOE_AVXVNNI
+						if (j == 0) {
+							p[0][t] = dot_u8s8(w0, xv);
+							p[1][t] = dot_u8s8(w1, xv);
+						} else {
+							p[0][t] = dot_u8s8_acc(p[0][t], w0, xv);
+							p[1][t] = dot_u8s8_acc(p[1][t], w1, xv);
+						}
+#else
+						const __m256i a0 = _mm256_maddubs_epi16(w0, xv);
+						const __m256i a1 = _mm256_maddubs_epi16(w1, xv);
+						p[0][t] = j ? _mm256_add_epi16(p[0][t], a0) : a0;
+						p[1][t] = j ? _mm256_add_epi16(p[1][t], a1) : a1;
+						/* A chain per sum: left alone, GCC
 						 * re-associates these adds into a tree
 						 * and spills the partial sums. */
-						__asm__("" : "+x"(p[t]));
+						__asm__("" : "+x"(p[0][t]), "+x"(p[1][t]));
+#endif
 					}
 				}
-				MOE_UNROLL2 for (int t = 0; t < T; t++)
-					is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p[t], sc));
-			}
-		}
+				MOE_UNROLL2 for (int v = 0; v < 2; v++) {
+					const __m256i sc =
+						_mm256_load_si256((const void *)(pk->sc[sb][g] + 8 * v));
+					MOE_UNROLL2 for (int t = 0; t < T; t++) {
+#ifdef MOE_AVXVNNI
+						__m256i u = _mm256_mullo_epi32(p[v][t],
+									       _mm256_srai_epi32(sc, 16));
+#else
+						__m256i u = _mm256_madd_epi16(p[v][t], sc);
 #endif
-		/* (ms starts here, not above, to keep registers free in the
-		 * loop over the groups.) */
-		MOE_UNROLL2 for (int t = 0; t < T; t++)
-			ms[t] = _mm256_setzero_si256();
-		for (int j = 0; j < 8; j++) {
-			const __m256i mm = _mm256_load_si256((const void *)pk->mm[sb][j]);
-			MOE_UNROLL2 for (int t = 0; t < T; t++) {
-				const uint8_t *y = (const uint8_t *)y0 + t * ldx;
-				__m256i bs = bcast32_2(y + offsetof(moe_block_q8_k, bsums) + 4 * j);
-				/* Q6_K's -32 and Q3_K's -4 offsets belong to isum. */
-				if (kind == KQ2_Q6_K || kind == KQ2_Q3_K)
-					is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(mm, bs));
-				else
-					ms[t] = _mm256_add_epi32(ms[t], _mm256_madd_epi16(mm, bs));
+						is[v][t] = _mm256_add_epi32(is[v][t], u);
+					}
+				}
 			}
 		}
-		const __m256 d = _mm256_load_ps(pk->d[sb]), dmin = _mm256_load_ps(pk->dmin[sb]);
+		/* The minimums and the float step, token by token (few
+		 * registers: the 8 group sums are live).  Q4_K/Q5_K pair their
+		 * 8 minimums with the sums of the activations' 32-element
+		 * groups, 4 vpmaddwd; the others theirs with the 16 bsums, 8;
+		 * Q6_K's -32 and Q3_K's -4 offsets belong to isum. */
+		const int k45 = kind == KQ2_Q4_K || kind == KQ2_Q5_K;
 		MOE_UNROLL2 for (int t = 0; t < T; t++) {
-			const moe_block_q8_k *y = (const void *)((const uint8_t *)y0 + t * ldx);
-			__m256 dy = _mm256_set1_ps(y->d);
-			acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(d, dy), acc[t]);
-			acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms[t]), _mm256_mul_ps(dmin, dy),
-						  acc[t]);
+			const uint8_t *y = y0 + t * ldx;
+			const __m256i bsums =
+				_mm256_loadu_si256((const void *)(y + offsetof(moe_block_q8_k, bsums)));
+			int32_t bp[8] __attribute__((aligned(32)));
+			if (k45) {
+				/* The group sums (bsums 2j + 2j+1, at most 4064 in
+				 * magnitude) as 16-bit pairs in bp[0..3]. */
+				__m256i gs = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
+				gs = _mm256_packs_epi32(gs, gs);
+				_mm256_store_si256((void *)bp, _mm256_permute4x64_epi64(gs, 0x08));
+			} else {
+				_mm256_store_si256((void *)bp, bsums);
+			}
+			float dy;
+			memcpy(&dy, y + offsetof(moe_block_q8_k, d), 4);
+			MOE_UNROLL2 for (int v = 0; v < 2; v++) {
+				__m256i ms = _mm256_setzero_si256();
+				for (int j = 0; j < (k45 ? 4 : 8); j++) {
+					const __m256i mm =
+						_mm256_load_si256((const void *)(pk->mm[sb][j] + 8 * v));
+					ms = _mm256_add_epi32(ms, _mm256_madd_epi16(
+									  mm, _mm256_set1_epi32(bp[j])));
+				}
+				__m256i isum = is[v][t];
+				if (kind == KQ2_Q6_K || kind == KQ2_Q3_K) {
+					isum = _mm256_add_epi32(isum, ms);
+					ms = _mm256_setzero_si256();
+				}
+				const __m256 d = _mm256_load_ps(pk->d[sb] + 8 * v);
+				const __m256 dmin = _mm256_load_ps(pk->dmin[sb] + 8 * v);
+				__m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+							   _mm256_mul_ps(d, _mm256_set1_ps(dy)), acc[v][t]);
+				acc[v][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms),
+							     _mm256_mul_ps(dmin, _mm256_set1_ps(dy)), a);
+			}
 		}
 	}
 }
@@ -827,10 +937,12 @@ INLINE void kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, 
 	const int64_t nb = n / MOE_QK_K;
 	kq2_pack pk __attribute__((aligned(32)));
 
-	for (int r0 = 0; r0 < nr; r0 += 8) {
-		const int rows = nr - r0 < 8 ? nr - r0 : 8;
-		const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows),
-						     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	for (int r0 = 0; r0 < nr; r0 += KR2) {
+		const int rows = nr - r0 < KR2 ? nr - r0 : KR2;
+		__m256i m[2];
+		for (int v = 0; v < 2; v++)
+			m[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows - 8 * v),
+						  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 		for (int64_t i0 = 0; i0 < nb; i0 += KSB2) {
 			const int nsb = nb - i0 < KSB2 ? (int)(nb - i0) : KSB2;
 			kq2_unpack(kind, &pk, w + (size_t)r0 * ldw, ldw, rows, i0, nsb);
@@ -838,18 +950,20 @@ INLINE void kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, 
 				const int T = nt - t0 < GT2 ? nt - t0 : GT2;
 				float *st = s + (size_t)t0 * lds + r0;
 				const uint8_t *xt = x + (size_t)t0 * ldx;
-				__m256 acc[GT2];
-				for (int t = 0; t < T; t++)
-					acc[t] = i0 ? _mm256_maskload_ps(st + t * lds, m)
-						    : _mm256_setzero_ps();
+				__m256 acc[2][GT2];
+				for (int v = 0; v < 2; v++)
+					for (int t = 0; t < T; t++)
+						acc[v][t] = i0 ? _mm256_maskload_ps(st + t * lds + 8 * v, m[v])
+							    : _mm256_setzero_ps();
 				switch (T) {
 				case 1: kq2_tile(kind, 1, &pk, nsb, i0, xt, ldx, acc); break;
 				case 2: kq2_tile(kind, 2, &pk, nsb, i0, xt, ldx, acc); break;
 				case 3: kq2_tile(kind, 3, &pk, nsb, i0, xt, ldx, acc); break;
 				default: kq2_tile(kind, 4, &pk, nsb, i0, xt, ldx, acc); break;
 				}
-				for (int t = 0; t < T; t++)
-					_mm256_maskstore_ps(st + t * lds, m, acc[t]);
+				for (int v = 0; v < 2; v++)
+					for (int t = 0; t < T; t++)
+						_mm256_maskstore_ps(st + t * lds + 8 * v, m[v], acc[v][t]);
 			}
 		}
 	}

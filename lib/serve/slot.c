@@ -246,10 +246,9 @@ static int reserve(slot *sl, uint64_t *stream, moe_error *e)
 {
 	moe_serve *s = sl->srv;
 	const moe_model *m = sl->model;
-	uint64_t fixed = moe_experts_fixed_bytes(m);
-	uint64_t full = fixed + moe_experts_total_bytes(m);
-	/* the smallest streamed footprint: one layer of experts cached */
-	uint64_t min = fixed + (uint64_t)m->hp.n_expert * moe_experts_slot_bytes(m);
+	uint64_t full = moe_experts_fixed_bytes(m) + moe_experts_total_bytes(m);
+	/* the smallest streamed footprint: what moe_experts_open accepts */
+	uint64_t min = moe_experts_min_budget(m);
 	int rc = 0;
 	*stream = 0;
 	pthread_mutex_lock(&s->mu);

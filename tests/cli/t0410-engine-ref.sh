@@ -14,8 +14,11 @@
 #     choice for the same prefix (so the continuation is the reference's);
 #   - F32/F16/BF16: the logits within 1e-3 of max |logit| of the exact
 #     reference (no emulation), the figure.
-# Rounding ties the float32 noise may decide either way are handled by
-# vs_engine.py (it says when it needed one).  Also: prefill token by token
+# Rounding ties the float32 noise may decide either way: each run writes a
+# tape of the engine's rounding decisions (engine-run's ENGINE_RUN_TAPE) and
+# vs_engine.py --tapes takes the engine's side only where the reference's
+# own value is within 1e-5 of the tie (tests/ref/actquant.py's oracle; it
+# says how many ties it took, and any other disagreement fails).  Also: prefill token by token
 # gives the logits of one batch within 1e-4 and the same ids.
 # MOE_T0410_SEED=K adds K to every model's seed (to try other models).
 . "$top_srcdir/tests/cli/lib.sh"
@@ -58,12 +61,15 @@ tol() {
 LEVEL=$("$BIN/moe-run" --version | sed -n 's/^kernels: \([a-z0-9]*\).*/\1/p')
 HAS_BF16=$(env -u MOE_ISA "$BIN/moe-run" --version | grep -q '^kernels: avx512bf16' && echo 1)
 
-# engine NAME TAG [ISA] [BATCH] [KV_BLOCK]: engine-run on NAME.uth into NAME.TAG.out
+# engine NAME TAG [ISA] [BATCH] [KV_BLOCK]: engine-run on NAME.uth into
+# NAME.TAG.out, its rounding decisions into NAME.TAG.out.tape
 engine() {
 	if [ -n "${3:-}" ]; then
-		MOE_ISA=$3 "$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-0} ${5:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
+		ENGINE_RUN_TAPE="$T/$1.$2.out.tape" MOE_ISA=$3 "$RUN" "$T/$1.uth" "$PROMPT" $N \
+			${4:-0} ${5:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
 	else
-		"$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-0} ${5:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
+		ENGINE_RUN_TAPE="$T/$1.$2.out.tape" "$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-0} ${5:-} \
+			>"$T/$1.$2.out" 2>"$T/$1.$2.err"
 	fi
 }
 
@@ -120,7 +126,7 @@ model() {
 # judge OUTS EMULATION TOL PLAIN_TOL: vs_engine.py on the runs OUTS of $name
 judge() {
 	"$PYTHON3" "$VS" --model "$T/$name.gguf" --tokens "$PROMPT" --emulate "$2" --tol "$3" \
-		--plain-tol "$4" --self-tol 1e-4 $1 2>"$T/$name.vs.err"
+		--plain-tol "$4" --self-tol 1e-4 --tapes $1 2>"$T/$name.vs.err"
 	[ $? -le 1 ] && [ ! -s "$T/$name.vs.err" ] ||
 		{ echo "not ok - $name: vs_engine.py"; sed 's/^/#   /' "$T/$name.vs.err"; }
 }

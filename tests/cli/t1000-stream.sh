@@ -80,6 +80,20 @@ assert s["tok_s"] > 0 and 0 <= s["hit_rate"] <= 1 and 0 <= s["prediction_accurac
 assert s["disk_bw_bytes_s"] > 0 and s["slots"] > 0 and r["slots"] == 0 and r["hit_rate"] == 1
 PY
 ok $? "... with tokens/s, hit rate, prediction accuracy, bytes/token, % of the I/O bound"
+# the disk measured as the store reads: expert-sized reads, QD1 and the store's depth
+# (the generator's tiny olmoe chooses K experts a layer: K + 2 prefetch reads in flight)
+K=$($PYTHON3 -c 'import sys; sys.path.insert(0, sys.argv[1]); from moegen.arch import SHAPES
+print(SHAPES["tiny"]["n_expert_used"])' "$top_srcdir/scripts")
+$PYTHON3 - "$T/b.json" "$K" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))[0]
+assert s["disk_queue_depth"] in (1, int(sys.argv[2]) + 2), s["disk_queue_depth"]
+assert s["disk_bw_qd1_bytes_s"] > 0 and 0 < s["disk_read_bytes"] < 1 << 20, s
+assert abs(s["io_bound_qd1_tok_s"] * s["bytes_read_per_token"] - s["disk_bw_qd1_bytes_s"]) \
+    <= 1e-6 * s["disk_bw_qd1_bytes_s"], s
+assert abs(s["pct_of_io_bound_qd1"] - 100 * s["tok_s"] / s["io_bound_qd1_tok_s"]) < 1e-6, s
+PY
+ok $? "... and the disk at QD1 and at the store's queue depth (K + 2), expert-sized reads"
 # --no-overlap: every expert of a layer before any math, so none overlaps I/O
 "$BIN/moe-bench" -m "$M" --mem-budget 90% --no-overlap -n 8 -o json > "$T/b.json" 2>"$T/err"
 ok $? "moe-bench --mem-budget 90% --no-overlap"
@@ -100,5 +114,7 @@ ok $? "... runs with one slot per expert of a layer ($NX)"
 "$BIN/moe-bench" -m "$M" --plan > "$T/plan.txt" 2>"$T/err"; ok $? "moe-bench --plan"
 grep -q "^recommended: --mem-budget [0-9]*M" "$T/plan.txt" && grep -q "largest that fits" "$T/plan.txt"
 ok $? "... recommends a budget"
+grep -Eq "disk [0-9.]+ GB/s at [0-9]+ reads in flight, [0-9.]+ GB/s one at a time" "$T/plan.txt"
+ok $? "... with the disk at the store's queue depth and one read at a time"
 "$BIN/moe-bench" -m "$T/dense.uth" --plan >/dev/null 2>"$T/err"; is $? 1 "--plan on a dense model: failure"
 done_testing

@@ -30,16 +30,16 @@
 # Rounding ties.  An engine computes the row in float32 in its own order,
 # so its x * id differs from the reference's by ~1e-7 .. 4e-6 of the block's
 # scale; where that product lies within about that much of a rounding
-# boundary (k + 1/2) the two may round to different codes.  Such a tie is rare (a few per million
-# elements) but one flipped code can move the logits of a small random model
-# by a per cent (and then, the activations being off by that much, many more
-# codes differ downstream).  The float16 rounding of the KV cache has such
-# ties too, and so has the float16 rounding of a Q8_0 / Q8_1 block's scale
-# d (named 'NAME/scale', col = the block: the codes are unchanged, the
-# block's values move by one float16 step of d).  A Tape records the
-# roundings of a run that fall within a margin of a tie and can force
-# chosen ones the other way, so a comparison can tell "the engine rounded
-# one tie the other way" from a real error.
+# boundary (k + 1/2) the two may round to different codes.  Such a tie is
+# rare (a few per million elements) but one flipped code can move the
+# logits of a small random model by a per cent (and then, the activations
+# being off by that much, many more codes differ downstream).  The float16
+# rounding of the KV cache has such ties too, and so has the float16
+# rounding of a Q8_0 / Q8_1 block's scale d (the codes are unchanged, the
+# block's values move by one float16 step of d).  An Oracle (below) reads
+# the engine's own decisions from a tape and, only at such ties, takes the
+# engine's side, so a comparison can tell "the engine rounded a tie the
+# other way" from a real error.
 #
 # Written from those definitions with numpy; shares no code with the engine.
 import numpy as np
@@ -144,128 +144,260 @@ def quantize(x, t):
 	raise ValueError('not an activation type: %s' % quants.type_name(t))
 
 
-class Tape:
-	"""The emulated roundings of a run, each element named by (where, pos,
-	col): where = what was quantised ('blk.0.attn_output.weight/Q8_K': the
-	input of that product, 'blk.1.ffn_down_exps.weight#3/Q8_K' for expert
-	3, 'blk.0.attn_input/Q8_K' for q, k and v, 'blk.1.ffn_input/Q8_K' for
-	the FFN input every expert quantises) or
-	the cache ('blk.0.k_cache', 'blk.0.v_cache'), pos = the token's
-	position, col = the element's index in that token's row.  Names do not
-	depend on how the sequence is split into batches; a row quantised by
-	several products under one name rounds the same way in all of them.
+# The tape oracle.  tests/unit/engine-run (ENGINE_RUN_TAPE=FILE) writes
+# every row the engine quantised for a product — its floats and the bytes
+# its own kernels made of them — keyed by weight, expert (or head) and
+# position, and the F16 cache rows as stored.  The reference still computes
+# everything itself; at each rounding it compares its decision with the
+# engine's:
+#   - the same: nothing to do (almost every element);
+#   - different, and the reference's own value within EPS of the values
+#     that round to the engine's choice (for neighbouring candidates: of
+#     the tie between them), measured relative to the block's largest
+#     magnitude (activation codes, Q8_0 scales) or the row's (cache): the
+#     engine's side is taken and counted (an adoption; a cache element far
+#     smaller than its row may be a few float16 steps off and still that
+#     close);
+#   - different anywhere else: a real disagreement, reported (the check
+#     fails), and the reference keeps its own value.
+# Because the reference takes the engine's side as it goes, a chain of
+# ties (one adoption moving a later rounding near its tie) resolves in the
+# same single run.  A row the tape does not hold is rounded by the
+# reference alone (it can only make a check fail, never pass).
+#
+# EPS: the engine's float32 row differs from the reference's float64 one by
+# its accumulation error, a few float32 ulps (2^-24 = 6e-8) of the terms
+# summed; vs_engine.py measures it on every quantised element of every run
+# (the "noise" it prints).  EPS is set well above the measured noise (see
+# tests/ref/README) and far below a code step (1/127 of the block's largest
+# magnitude): a real error moves a code by a whole step or more and lands
+# this close to a tie only by chance, a few times per million elements.
+EPS = 1e-5
 
-	Records the elements whose exact value lies within `margin` of the
-	midpoint between the two candidates, the distance measured relative to
-	the largest magnitude of the block (activation codes: |frac(|v|) - 1/2|
-	/ 127) or of the row (KV: distance / max |row|), which is what the
-	engine's float32 noise scales with, and whose two candidates are at
-	least min_step apart on the same scale (a flip of a tiny KV element
-	changes too little to matter): near[] = (distance, name, step, what).
-	Every element named in `flips` is rounded to the other candidate."""
+TAPE_MAGIC = b'MOETAPE1'
+_F16 = 1                             # ggml type id of the cache rows the oracle reads
 
-	def __init__(self, margin=0.0, flips=(), min_step=0.0):
-		self.margin = margin
-		self.min_step = min_step
-		self.flips = {}
-		for where, pos, col in flips:
-			self.flips.setdefault(where, []).append((pos, col))
-		self.near = []
-		self._named = set()
 
-	def _note(self, where, pos, dist, step, what):
-		"""dist, step: (rows, n) arrays; pos: the rows' positions.  An
-		element quantised again under the same name is recorded once."""
-		if self.margin <= 0:
-			return
-		step = np.broadcast_to(step, dist.shape)
-		for r, c in zip(*np.nonzero((dist < self.margin) & (step >= self.min_step))):
-			name = (where, int(pos[r]), int(c))
-			if name not in self._named:
-				self._named.add(name)
-				self.near.append((float(dist[r, c]), name, float(step[r, c]),
-						  what(r, c)))
+def read_tape(path):
+	"""(products, cache) of an engine-run tape: products maps (weight name
+	as the reference calls it, expert or head or -1, position) to (float32
+	row, bytes of the quantised row, activation type); cache is None or
+	(KV type, uint8 array (layers, positions, rows, bytes per row))."""
+	with open(path, 'rb') as f:
+		b = f.read()
+	if b[:8] != TAPE_MAGIC:
+		raise ValueError('%s: not an engine-run tape' % path)
+	o, prods, cache = 8, {}, None
+	try:
+		while o < len(b):
+			kind = int(np.frombuffer(b, '<u4', 1, o)[0])
+			o += 4
+			if kind == 1:
+				layer, exp, part, nparts = (int(v) for v in np.frombuffer(b, '<i4', 4, o))
+				t, nl, n, cols, rb = (int(v) for v in np.frombuffer(b, '<u4', 5, o + 16))
+				o += 36
+				name = b[o:o + nl].decode()
+				o += nl
+				pos = np.frombuffer(b, '<i4', n, o)
+				o += 4 * n
+				x = np.frombuffer(b, '<f4', n * cols, o).reshape(n, cols)
+				o += 4 * n * cols
+				q = np.frombuffer(b, np.uint8, n * rb, o).reshape(n, rb)
+				o += n * rb
+				if nparts > 1:
+					e = part
+				elif exp >= 0:      # UTH "blk.1.ffn_up.5.weight": expert 5 of ffn_up_exps
+					f = name.split('.')
+					name, e = '%s.%s.%s_exps.weight' % (f[0], f[1], f[2]), exp
+				else:
+					e = -1
+				for r in range(n):
+					prods[(name, e, int(pos[r]))] = (x[r], q[r], t)
+			elif kind == 2:
+				kvt, nl, npos, rows, rb = (int(v) for v in np.frombuffer(b, '<u4', 5, o))
+				o += 20
+				cache = (kvt, np.frombuffer(b, np.uint8, nl * npos * rows * rb, o)
+					 .reshape(nl, npos, rows, rb))
+				o += nl * npos * rows * rb
+			else:
+				raise ValueError('record kind %d' % kind)
+	except (ValueError, TypeError, UnicodeDecodeError) as err:
+		raise ValueError('%s: a broken tape at byte %d (%s)' % (path, o, err))
+	return prods, cache
 
-	def _flips(self, where, pos):
-		"""(row, col) of the flips for this rounding."""
-		out = []
-		for p, c in self.flips.get(where, ()):
-			r = np.nonzero(pos == p)[0]
-			if r.size:
-				out.append((int(r[0]), c))
-		return out
 
-	def codes(self, v, t, where, pos):
-		"""Codes of the scaled values v (float32 (rows, blocks, block),
-		largest magnitude 127 per block) in activation type t."""
+def _decode(q, t, cols):
+	"""The engine's quantised row -> (d float64 (nb,), codes int32 (nb, block))."""
+	bs = BLOCK[t]
+	nb = cols // bs
+	if t == Q8_K:
+		blk = q.reshape(nb, 4 + bs + 32)
+		d = blk[:, :4].copy().view('<f4')[:, 0].astype(np.float64)
+		return d, blk[:, 4:4 + bs].copy().view(np.int8).astype(np.int32)
+	head = 4 if t == Q8_1 else 2
+	blk = q.reshape(nb, head + bs)
+	d = blk[:, :2].copy().view('<f2')[:, 0].astype(np.float64)
+	return d, blk[:, head:].copy().view(np.int8).astype(np.int32)
+
+
+def _f16_gap(x, h):
+	"""How far x lies outside the values float16 rounds to h: 0 if it
+	rounds there, else the distance to the nearer end of that interval
+	(its ends are the midpoints to h's neighbours)."""
+	h16 = np.float16(h)
+	lo = (float(h16) + float(np.nextafter(h16, np.float16(-np.inf)))) / 2
+	hi = (float(h16) + float(np.nextafter(h16, np.float16(np.inf)))) / 2
+	return max(lo - x, x - hi, 0.0)
+
+
+class Oracle:
+	"""The engine's rounding decisions (read_tape) for a reference run.
+	values() and f16() are actquant.values / round_f16 with the oracle's
+	rule (above).  After a run: adopted = [(what, where, position, column,
+	distance from the tie)], wrong = the same for disagreements away from
+	a tie, missing = rows the tape lacked, noise = max |engine's float -
+	reference's| over the block's largest magnitude, over every quantised
+	element."""
+
+	def __init__(self, prods, cache=None, eps=EPS):
+		"""prods, cache: as read_tape returns them."""
+		self.prods, self.cache, self.eps = prods, cache, eps
+		self.reset()
+
+	@classmethod
+	def read(cls, path, eps=EPS):
+		return cls(*read_tape(path), eps=eps)
+
+	def reset(self):
+		self.adopted, self.wrong, self.missing, self.noise = [], [], set(), 0.0
+		self.compared = {}               # kind -> elements compared with the tape
+
+	def _count(self, what, n):
+		self.compared[what] = self.compared.get(what, 0) + n
+
+	def _judge(self, what, where, p, c, dist):
+		"""A disagreement at element c whose engine choice rounds from
+		values `dist` away from the reference's: adopt (True) or report."""
+		ok = dist <= self.eps
+		(self.adopted if ok else self.wrong).append((what, where, int(p), int(c), float(dist)))
+		return ok
+
+	def values(self, x, t, key, pos):
+		"""actquant.values(x, t) for the rows of x at positions pos of
+		the product key = (weight name, expert or head or -1)."""
+		x = np.asarray(x)
+		rows, cols = x.shape[0], x.shape[-1]
+		if t == Q8_K:
+			d, v = _q8_k_scaled(x)
+			d = d.astype(np.float64)
+		else:
+			d32, v = _q8_0_scaled(x)
+			d = d32.astype(np.float16).astype(np.float64)
 		q = _round(v, t)
-		rows = v.shape[0]
-		v2, q2 = v.reshape(rows, -1), q.reshape(rows, -1)
-		if self.margin > 0:
-			a = np.abs(v2.astype(np.float64))
-			self._note(where, pos, np.abs(a - np.floor(a) - 0.5) / 127,
-				   np.float64(1 / 127),
-				   lambda r, c: 'activation code, x/d = %.6f' % v2[r, c])
-		for r, c in self._flips(where, pos):
-			alt = q2[r, c] + (1 if v2[r, c] > q2[r, c] else -1)
-			if t != Q8_K or -127 <= alt <= 127:
-				q2[r, c] = alt
-		return q
+		bs = BLOCK[t]
+		xr = _blocks(x, bs).astype(np.float64)
+		amax = np.max(np.abs(xr), axis=-1)
+		for r in range(rows):
+			name = (key[0], key[1], int(pos[r]))
+			rec = self.prods.get(name)
+			if rec is None or rec[2] != t or rec[0].size != cols:
+				self.missing.add(name)
+				continue
+			xe, qb, _ = rec
+			gap = np.abs(xe.astype(np.float64).reshape(-1, bs) - xr[r]).max(axis=1)
+			some = amax[r] > 0
+			if some.any():
+				self.noise = max(self.noise, float((gap[some] / amax[r][some]).max()))
+			de, qe = _decode(qb, t, cols)
+			self._count('code', cols)
+			if t != Q8_K:
+				self._count('scale', cols // bs)
+			if t == Q8_K:
+				# the block's extreme element chosen with the other sign
+				# (two of nearly equal magnitude): every code and d
+				# negated, the same values
+				flip = np.sign(de) * np.sign(d[r]) < 0
+				qe[flip] = -qe[flip]
+			else:
+				# the float16 scale: a tie of d = amax / 127
+				for blk in np.nonzero(de != d[r])[0]:
+					dist = _f16_gap(float(d32[r, blk]), de[blk]) / float(d32[r, blk])
+					if self._judge('scale', key, pos[r], blk, dist):
+						d[r, blk] = de[blk]
+			qr = q[r].reshape(-1)
+			vr = v[r].reshape(-1).astype(np.float64)
+			qe = qe.reshape(-1)
+			for c in np.nonzero(qe != qr)[0]:
+				# outside [q - 1/2, q + 1/2], in units of the largest
+				# magnitude (127)
+				dist = max(abs(vr[c] - qe[c]) - 0.5, 0.0) / 127
+				if self._judge('code', key, pos[r], c, dist):
+					qr[c] = qe[c]
+		return (d[..., None] * q).reshape(x.shape)
 
 	def f16(self, x, where, pos):
-		"""x (tokens, ...) rounded to float16 (nearest even), as float64."""
+		"""x (tokens, ...) rounded to float16 as the cache stores it, as
+		float64; where = (layer, name of the cached array: k, v, latent,
+		k_pe)."""
 		x = np.asarray(x, dtype=np.float64)
 		shape = x.shape
 		x = x.reshape(shape[0], -1)
 		r = x.astype(np.float16).astype(np.float64)
-		flips = self._flips(where, pos)
-		if self.margin <= 0 and not flips:
+		il, name = where
+		if self.cache is None or self.cache[0] != _F16:
+			self.missing.add(('cache', il, name))
 			return r.reshape(shape)
-		toward = np.where(r > x, -np.inf, np.inf)
-		other = np.nextafter(r.astype(np.float16), toward.astype(np.float16))
-		other = other.astype(np.float64)
-		if self.margin > 0:
-			scale = np.max(np.abs(x), axis=1, keepdims=True)
-			with np.errstate(invalid='ignore', divide='ignore'):
-				dist = np.where(r == x, np.inf, np.abs(x - (r + other) / 2) / scale)
-				step = np.abs(r - other) / scale
-			self._note(where, pos, dist, step,
-				   lambda i, c: 'float16 of %.9g' % x[i, c])
-		for i, c in flips:
-			r[i, c] = other[i, c]
+		rows = self.cache[1][il]                 # (positions, rows, bytes)
+		n = x.shape[1]
+		half = rows.shape[2] // 2
+		for i in range(shape[0]):
+			p = int(pos[i])
+			row = rows[p].copy().view('<f2').astype(np.float64) if p < rows.shape[0] \
+				else None
+			if row is None:
+				got = None
+			elif rows.shape[1] == 2:             # K and V
+				got = row[0 if name == 'k' else 1]
+			elif name == 'k_pe':                 # the latent row's tail
+				got = row[0, half - n:]
+			else:
+				got = row[0, :n]
+			if got is None or got.size != n:
+				self.missing.add(('cache', il, name, p))
+				continue
+			scale = np.max(np.abs(x[i]))
+			self._count('cache', n)
+			for c in np.nonzero(got != r[i])[0]:
+				dist = _f16_gap(x[i, c], got[c]) / scale if scale else np.inf
+				if self._judge('cache', 'blk.%d.%s' % (il, name), p, c, dist):
+					r[i, c] = got[c]
 		return r.reshape(shape)
 
 
 def round_f16(x, tape=None):
 	"""x rounded to float16 as the KV cache stores it (float64 result).
-	tape: None or (Tape, name of the cache, positions of x's rows)."""
+	tape: None or (Oracle, (layer, name of the cached array), positions of
+	x's rows)."""
 	if tape is None:
 		return np.asarray(x).astype(np.float16).astype(np.float64)
 	return tape[0].f16(x, tape[1], tape[2])
 
-
 def values(x, t, tape=None):
 	"""The values the engine multiplies with: x (..., n) quantised to
 	activation type t and decoded, as float64 (exact: f16 or f32 scale
-	times an integer).  tape: None or (Tape, name of the product,
-	positions of the rows of x (tokens, n)), which sees (and may change)
-	the rounding."""
-	if t in (Q8_0, Q8_1):
-		d, v = _q8_0_scaled(x)
-		# the stored scale: its float16 rounding has ties too (the codes
-		# use 1/d before it, so only the block's value moves)
-		if tape is not None and np.ndim(d) == 2:
-			d = tape[0].f16(d, tape[1] + '/scale', tape[2])
-		else:
-			d = d.astype(np.float16)
-	elif t == Q8_K:
+	times an integer).  tape: None or (Oracle, (weight name, expert or
+	-1), positions of the rows of x (tokens, n)), which decides the ties."""
+	if t not in (Q8_0, Q8_1, Q8_K):
+		raise ValueError('not an activation type: %s' % quants.type_name(t))
+	if tape is not None:
+		return tape[0].values(x, t, tape[1], tape[2])
+	if t == Q8_K:
 		d, v = _q8_k_scaled(x)
 	else:
-		raise ValueError('not an activation type: %s' % quants.type_name(t))
-	q = tape[0].codes(v, t, tape[1], tape[2]) if tape is not None else _round(v, t)
-	y = d.astype(np.float64)[..., None] * q
+		d, v = _q8_0_scaled(x)
+		d = d.astype(np.float16)
+	y = d.astype(np.float64)[..., None] * _round(v, t)
 	return y.reshape(np.shape(x))
-
 
 def for_weight(x, weight_type):
 	"""x as the matrix product with a weight of weight_type sees it: through

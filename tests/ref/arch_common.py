@@ -72,8 +72,7 @@ class Base(M.Model):
 		out = {}
 		for name, a in arrays.items():
 			if self.kv_f16:
-				tape = None if self.tape is None else \
-					(self.tape, 'blk.%d.%s_cache' % (il, name), pos)
+				tape = None if self.tape is None else (self.tape, (il, name), pos)
 				a = actquant.round_f16(a, tape).astype(a.dtype)
 			c[name] = a if name not in c else np.concatenate([c[name], a])
 			out[name] = c[name]

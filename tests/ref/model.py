@@ -219,7 +219,7 @@ class Model:
 		self.act_quant = 'act-quant' in self.emulate
 		self.kv_f16 = 'kv-f16' in self.emulate
 		self.act_bf16 = 'act-bf16' in self.emulate
-		self.tape = tape            # an actquant.Tape watching the emulated roundings
+		self.tape = tape            # an actquant.Oracle deciding the emulated roundings' ties
 		self.reset()
 
 	def reset(self):
@@ -233,14 +233,14 @@ class Model:
 		return self.W.get(name)
 
 	def x_for(self, x, name, e=None, rows=None, src=None):
-		"""The activations x as the product with weight `name` (expert e)
-		sees them: unchanged, or with act-quant rounded through the
-		activation format of the weight's type.  For a Tape: rows = which
-		of the batch's tokens the rows of x are (all if None), src = what
-		x is, when several products quantise the same rows (the FFN input
-		of every expert and the shared one: the same floats give the same
-		codes, so a tie goes the same way in all of them).  With act-bf16,
-		rounded to bfloat16 for a BF16 weight."""
+		"""The activations x as the product with weight `name` (expert e,
+		or head e of deepseek2's per-head matrices) sees them: unchanged,
+		or with act-quant rounded through the activation format of the
+		weight's type.  rows = which of the batch's tokens the rows of x
+		are (all if None), for an Oracle's positions.  src (what x is: the
+		FFN input every expert quantises) is for subclasses that collect
+		inputs (imatrix.py).  With act-bf16, rounded to bfloat16 for a BF16
+		weight."""
 		if self.act_bf16 and self.W.ggml_type(name) == actquant.BF16:
 			return actquant.bf16_values(x)
 		if not self.act_quant:
@@ -249,16 +249,14 @@ class Model:
 		if t is None:
 			return x
 		# q/k/v (and gate/up) quantise the same row to the same bytes: one
-		# rounding, as far as a Tape is concerned
+		# rounding (the oracle asks the tape of the first of them)
 		last = self._last_quant
 		if last is not None and last[0] is x and last[1] == t:
 			return last[2]
 		tape = None
 		if self.tape is not None:
 			pos = self._pos if rows is None else self._pos[rows]
-			if src is None:
-				src = name if e is None else '%s#%d' % (name, e)
-			tape = (self.tape, '%s/%s' % (src, quants.type_name(t)), pos)
+			tape = (self.tape, (name, -1 if e is None else e), pos)
 		y = actquant.values(x, t, tape).astype(x.dtype, copy=False)
 		self._last_quant = (x, t, y)
 		return y
@@ -327,8 +325,8 @@ class Model:
 		if self.kv_f16:                    # the cache holds float16
 			tk = tv = None
 			if self.tape is not None:
-				tk = (self.tape, p + 'k_cache', pos)
-				tv = (self.tape, p + 'v_cache', pos)
+				tk = (self.tape, (il, 'k'), pos)
+				tv = (self.tape, (il, 'v'), pos)
 			k = actquant.round_f16(k, tk).astype(h.dtype)
 			v = actquant.round_f16(v, tv).astype(h.dtype)
 		if self.k_cache[il] is None:
@@ -352,7 +350,7 @@ class Model:
 	def swiglu(self, h, gate, up, down, e=None, rows=None, src=None):
 		"""swiglu() with weights by name (expert e of stacked tensors, for
 		the batch's tokens `rows`), each product seeing its input through
-		x_for (src: what h is, for a Tape)."""
+		x_for (src: what h is, for imatrix.py)."""
 		if not (self.act_quant or self.act_bf16):
 			get = self.w if e is None else (lambda n: self.W.expert(n, e))
 			return swiglu(h, get(gate), get(up), get(down))

@@ -293,7 +293,11 @@ static void gemm_case(const moe_kernels *k, int dt, int64_t n)
 {
 	const moe_kernels *gen = moe_kernels_for(MOE_ISA_GENERIC);
 	const moe_type_traits *t = moe_type_get(dt);
-	const int at = t->vec_dot_type, maxr = 11, maxt = 10;
+	/* Rows: every count to 18 and a few past two 16-row tiles (the
+	 * prefill GEMMs go 8 or 16 rows at a time). */
+	const int at = t->vec_dot_type, maxr = 35, maxt = 10;
+	static const int nrs[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
+				  12, 13, 14, 15, 16, 17, 18, 31, 32, 33, 35};
 	/* Odd strides: weights may sit anywhere; float activations are floats. */
 	const size_t wb = nbytes(dt, n) + 7, xb = nbytes(at, n) + (at == MOE_F32 ? 4 : 3);
 	const size_t lds = maxr + 2;
@@ -323,7 +327,8 @@ static void gemm_case(const moe_kernels *k, int dt, int64_t n)
 	for (int i = 0; i < maxt; i++)
 		for (int r = 0; r < maxr; r++)
 			k->vec_dot[dt](n, &own[i * maxr + r], w + r * wb, xq + i * xb);
-	for (int nr = 0; nr <= maxr; nr++) {
+	for (size_t ri = 0; ri < sizeof(nrs) / sizeof(nrs[0]); ri++) {
+		const int nr = nrs[ri];
 		for (int nt = 0; nt <= maxt; nt++) {
 			for (size_t i = 0; i < lds * maxt; i++)
 				s[i] = -12345.0f;
