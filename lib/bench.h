@@ -437,6 +437,7 @@ typedef struct moe_budget_params {
 	const char *profile;   /* warm start (moe-bench --expert-stats) or NULL */
 	double pin_fraction;
 	bool no_prefetch, no_overlap;
+	int lookahead;         /* layers ahead (0: the store's default) */
 	int n_prompt, n_gen, n_threads;
 	double disk_bw;        /* bytes/s for the I/O bound (0: none) */
 	double disk_bw_qd1;    /* ... one read at a time, for the second bound (0: none) */
@@ -451,6 +452,12 @@ typedef struct moe_budget_row {
 	int n_gen;
 	double tok_s;           /* n_gen single tokens after an n_prompt prompt */
 	double hit_rate, prediction, prefetch_used; /* fractions */
+	int lookahead;          /* layers ahead predicted (0: no lookahead ran) */
+	double prediction_at[4]; /* [d-1]: accuracy of the predictions d layers ahead */
+	double candidate_at[4];  /* [d-1]: ... of those not cached when predicted */
+	double prefetch_reads;   /* per token */
+	double open_s;           /* moe_experts_open */
+	double populate_s;       /* the cache faulted in, in the background (experts.h) */
 	double bytes_per_token; /* read from the disk */
 	double io_wait_s;
 	double overlap;         /* of the experts acquired, the share computed while

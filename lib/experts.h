@@ -5,9 +5,12 @@
  * from the UTH file on demand, one read per (layer, expert) (the UTH
  * adjacency rule puts an expert's tensors back to back), into a cache of
  * fixed-size 4096-aligned slots in anonymous memory (huge pages where the
- * kernel offers them), faulted in when the store opens and registered with
- * io_uring as fixed buffers, so that a read neither zeroes nor pins its
- * slot's pages in the computing thread.  Reads use O_DIRECT through io_uring, so the page
+ * kernel offers them), faulted in and registered with io_uring as fixed
+ * buffers before any read goes into them, so that a read neither zeroes nor
+ * pins its slot's pages in the computing thread.  A thread of the store's
+ * own does that in the background, 64 MiB at a time, so open returns at
+ * once; until it is done the store uses the slots already faulted in, and
+ * an acquire that needs more waits for the next chunk.  Reads use O_DIRECT through io_uring, so the page
  * cache is not used and memory stays within the budget; where O_DIRECT is
  * refused (tmpfs, some file systems) the store falls back to buffered reads
  * with a warning and drops the read pages from the page cache again.
@@ -32,8 +35,8 @@
  * experts were chosen, no read a layer waits for is in flight, at most 2
  * at a time, and only into a free or cold slot (never evicting a warm one).
  *
- * Thread safety: one store may serve several engines; its calls serialise
- * on a mutex, which is held while waiting for the disk (blocking in the
+ * Thread safety: one store may serve several engines; its calls (and the
+ * population thread's hand-over of each chunk) serialise on a mutex, which is held while waiting for the disk (blocking in the
  * kernel in io_uring_wait_cqe or pread, never spinning), so engines sharing
  * a store wait one at a time.  A slot is never evicted while acquired,
  * while its read is in flight, or while pinned.
@@ -51,6 +54,11 @@ enum moe_experts_policy {
 
 /* I/O faults for tests: make the nth read (1-based, counting every read the
  * store issues) fail. */
+/* The most layers ahead the router lookahead may predict (params.lookahead). */
+#define MOE_EXPERTS_MAX_LOOKAHEAD 4
+/* ... and by default */
+#define MOE_EXPERTS_LOOKAHEAD 1
+
 enum moe_experts_fault { MOE_EXPERTS_FAULT_NONE, MOE_EXPERTS_FAULT_EIO, MOE_EXPERTS_FAULT_SHORT };
 
 typedef struct moe_experts_params {
@@ -60,6 +68,8 @@ typedef struct moe_experts_params {
 	bool buffered;          /* do not try O_DIRECT */
 	bool no_uring;          /* synchronous pread instead of io_uring */
 	bool no_prefetch;       /* ignore the router lookahead's hints */
+	int lookahead;          /* layers ahead the lookahead predicts, 1..MOE_EXPERTS_MAX_LOOKAHEAD
+				 * (0: the default, MOE_EXPERTS_LOOKAHEAD) */
 	bool no_overlap;        /* no acquire_start/acquire_wait: the engine waits for
 				 * every expert of a layer before computing any (for comparison) */
 	const char *profile;    /* moe-bench --expert-stats JSON: warm start + pin, or NULL */
@@ -77,13 +87,22 @@ typedef struct moe_experts_stats {
 	uint64_t reads, bytes_read;   /* reads issued (demand + prefetch) */
 	uint64_t prefetch_reads;      /* reads started by prefetch */
 	uint64_t prefetch_used;       /* ... whose expert was acquired before eviction */
-	uint64_t predicted, predicted_right; /* lookahead predictions; how many were chosen */
+	uint64_t predicted, predicted_right; /* lookahead predictions one layer ahead;
+				       * how many were chosen */
+	uint64_t predicted_at[MOE_EXPERTS_MAX_LOOKAHEAD],   /* the same, [d-1]: d layers ahead */
+		 predicted_right_at[MOE_EXPERTS_MAX_LOOKAHEAD];
 	uint64_t candidates, candidates_chosen; /* ... of those not cached when predicted
 				       * (what prefetch would read); how many were chosen */
+	uint64_t candidates_at[MOE_EXPERTS_MAX_LOOKAHEAD], /* the same, [d-1]: d layers ahead */
+		 candidates_chosen_at[MOE_EXPERTS_MAX_LOOKAHEAD];
 	double io_wait;               /* seconds acquire spent blocked on the disk */
 	uint64_t overlapped;          /* experts handed over while reads of the same
 				       * acquire were still in flight: their math
 				       * overlapped that I/O */
+	double populate_s;            /* seconds the background thread took to fault the
+				       * cache in (0 until it is done) */
+	double populate_wait;         /* seconds acquire waited for it (the cache's slots
+				       * not yet faulted in; counted apart from io_wait) */
 } moe_experts_stats;
 
 /* Open a streamed store over the model's file.  MOE_EINVAL for a budget
@@ -109,6 +128,9 @@ void moe_experts_inject_fault(moe_expert_store *s, int kind, uint64_t nth);
  * microseconds (0: off), as from a slow disk.  The environment variable
  * MOE_TEST_IO_TRICKLE=USEC does the same for every store opened. */
 void moe_experts_inject_trickle(moe_expert_store *s, uint64_t usec);
+/* Block until the whole cache is faulted in (benchmarks: time the run
+ * without the background population; see moe_experts_open). */
+void moe_experts_wait_populated(moe_expert_store *s);
 /* Drop every unpinned cached expert (benchmarks: a cold start). */
 void moe_experts_drop(moe_expert_store *s);
 

@@ -111,6 +111,10 @@ struct moe_expert_store {
 	 * probably ask for ids[0..n) soon (router lookahead); a streaming store
 	 * starts the missing reads and returns at once.  Never fails. */
 	void (*prefetch)(moe_expert_store *s, int layer, const int32_t *ids, int n);
+	/* How many layers ahead the store wants prefetch hints for (0: 1):
+	 * after routing layer L the engine hints L+1 .. L+lookahead, nearest
+	 * first, each predicted from layer L's state. */
+	int lookahead;
 	/* Optional (NULL: the engine calls acquire): acquire in two halves so
 	 * that the engine computes experts in the order they arrive.
 	 * acquire_start takes every expert of ids[0..n) as acquire does (none

@@ -51,6 +51,7 @@ typedef struct bench_opts {
 	double pin;                 /* --pin FRACTION */
 	int policy;                 /* --policy */
 	bool no_prefetch;           /* --no-prefetch */
+	int lookahead;              /* --lookahead (0: the store's default) */
 	bool no_overlap;            /* --no-overlap */
 	bool plan;                  /* --plan */
 } bench_opts;
@@ -122,6 +123,8 @@ static void help(void)
 	       "      --expert-profile=FILE  warm start from an --expert-stats profile\n"
 	       "      --pin=FRACTION    with --expert-profile: pin that share of the cache\n"
 	       "      --no-prefetch     no router-lookahead prefetch (for comparison)\n"
+	       "      --lookahead=N     predict the experts of the next N layers (1-%d,\n"
+	       "                        default %d); the prediction accuracy per distance\n"
 	       "      --no-overlap      wait for all of a layer's experts before computing any\n"
 	       "                        (for comparison with computing them as they arrive)\n"
 	       "      --plan            measure this machine (available memory, memory and disk\n"
@@ -135,7 +138,8 @@ static void help(void)
 	       "LIST is one number or several separated by commas (1,2).\n"
 	       "Exit status: 0 success, 1 failure, 2 usage error.\n"
 	       "See moe-bench(1).\n",
-	       cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog());
+	       cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(),
+	       MOE_EXPERTS_MAX_LOOKAHEAD, MOE_EXPERTS_LOOKAHEAD);
 }
 
 static void parse_list(const char *opt, const char *val, int min, int max, int_list *l)
@@ -170,7 +174,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		OPT_CHUNKS,
 		OPT_KL_BASE,
 		OPT_KL,
-		OPT_EXPERTS, OPT_MEM_BUDGET, OPT_POLICY, OPT_XPROFILE, OPT_PIN, OPT_NO_PREFETCH, OPT_NO_OVERLAP, OPT_PLAN,
+		OPT_EXPERTS, OPT_MEM_BUDGET, OPT_POLICY, OPT_XPROFILE, OPT_PIN, OPT_NO_PREFETCH, OPT_LOOKAHEAD, OPT_NO_OVERLAP, OPT_PLAN,
 		OPT_PARALLEL,
 	};
 	static const struct option longopts[] = {
@@ -200,6 +204,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		{"expert-profile", required_argument, NULL, OPT_XPROFILE},
 		{"pin", required_argument, NULL, OPT_PIN},
 		{"no-prefetch", no_argument, NULL, OPT_NO_PREFETCH},
+		{"lookahead", required_argument, NULL, OPT_LOOKAHEAD},
 		{"no-overlap", no_argument, NULL, OPT_NO_OVERLAP},
 		{"plan", no_argument, NULL, OPT_PLAN},
 		{"prompt-file", required_argument, NULL, 'f'},
@@ -308,6 +313,9 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 			break;
 		case OPT_XPROFILE: o->expert_profile = optarg; break;
 		case OPT_NO_PREFETCH: o->no_prefetch = true; break;
+		case OPT_LOOKAHEAD:
+			o->lookahead = (int)cli_parse_long("--lookahead", optarg, 1, MOE_EXPERTS_MAX_LOOKAHEAD);
+			break;
 		case OPT_NO_OVERLAP: o->no_overlap = true; break;
 		case OPT_PLAN: o->plan = true; break;
 		case OPT_PIN:
@@ -350,6 +358,8 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		usage_error("-n takes one value with -f");
 	if (o->plan && (o->mem_budget || quality || o->expert_stats || o->n_models != 1))
 		usage_error("--plan takes one model and no other test");
+	if ((o->lookahead || o->no_prefetch || o->no_overlap) && !o->mem_budget)
+		usage_error("--lookahead, --no-prefetch and --no-overlap go with --mem-budget");
 	if ((o->expert_profile || o->pin > 0) && !o->mem_budget && !(o->plan && !o->pin))
 		usage_error("--expert-profile and --pin go with --mem-budget (--plan takes a profile)");
 	if (o->mem_budget && (quality || o->expert_stats || o->parallel.n || o->n_models != 1))
@@ -867,7 +877,7 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 	json_t *arr = json_array();
 	if (!json)
 		printf("model: %s; weights %.1f MiB (non-expert %.1f MiB)\n\n"
-		       "| budget MiB | slots | t/s | hit %% | predicted %% | prefetch used %% | MB read/token "
+		       "| budget MiB | slots | t/s | hit %% | predicted %% (1/2.. layers ahead) | prefetch used %% | MB read/token "
 		       "| I/O wait s | overlap %% | disk GB/s QD%u | QD1 | read GB/s | I/O bound t/s "
 		       "| %% of bound | %% of QD1 bound |\n"
 		       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
@@ -895,6 +905,7 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 		double bw = qdn.bytes_s;
 		moe_budget_params p = {.policy = o->policy, .profile = o->expert_profile,
 				       .pin_fraction = o->pin, .no_prefetch = o->no_prefetch,
+				       .lookahead = o->lookahead,
 				       .no_overlap = o->no_overlap,
 				       .n_prompt = n_prompt, .n_gen = n_gen,
 				       .n_threads = o->threads.v[0], .disk_bw = bw,
@@ -906,10 +917,21 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 			die_error(&e);
 		double pct = r.io_bound_tok_s > 0 ? 100.0 * r.tok_s / r.io_bound_tok_s : 0;
 		double pct1 = r.io_bound_qd1_tok_s > 0 ? 100.0 * r.tok_s / r.io_bound_qd1_tok_s : 0;
+		/* the prediction accuracy at each distance: JSON array, or "67.0/51.2" */
+		json_t *at = json_array(), *cat = json_array();
+		char pred[64] = "";
+		for (int d = 0; d < r.lookahead; d++) {
+			json_array_append_new(at, json_real(r.prediction_at[d]));
+			json_array_append_new(cat, json_real(r.candidate_at[d]));
+			size_t l = strlen(pred);
+			snprintf(pred + l, sizeof pred - l, "%s%.1f", d ? "/" : "", 100 * r.prediction_at[d]);
+		}
+		if (!r.lookahead)
+			snprintf(pred, sizeof pred, "%.1f", 100 * r.prediction);
 		if (json)
 			json_array_append_new(
 				arr, json_pack("{s:s, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-					       "s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:b, s:s}",
+					       "s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:i, s:o, s:o, s:f, s:f, s:f, s:b, s:s}",
 					       "model", o->models[0], "budget_bytes", (json_int_t)r.budget,
 					       "slots", (json_int_t)r.slots, "n_gen", r.n_gen, "tok_s",
 					       r.tok_s, "hit_rate", r.hit_rate, "prediction_accuracy",
@@ -920,16 +942,23 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 					       r.io_bound_tok_s, "pct_of_io_bound", pct, "disk_queue_depth",
 					       (int)qdn.depth, "disk_read_bytes", qdn.read_bytes,
 					       "disk_bw_qd1_bytes_s", qd1.bytes_s, "io_bound_qd1_tok_s",
-					       r.io_bound_qd1_tok_s, "pct_of_io_bound_qd1", pct1, "o_direct",
+					       r.io_bound_qd1_tok_s, "pct_of_io_bound_qd1", pct1, "lookahead",
+					       r.lookahead, "prediction_accuracy_at", at,
+					       "candidate_accuracy_at", cat, "prefetch_reads_per_token",
+					       r.prefetch_reads, "open_s", r.open_s, "populate_s", r.populate_s,
+					       "o_direct",
 					       r.direct, "policy", o->policy ? "lru" : "lfru"));
-		else
-			printf("| %.0f | %llu | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f | %.0f | %.2f | %.2f | "
+		else {
+			json_decref(at);
+			json_decref(cat);
+			printf("| %.0f | %llu | %.2f | %.1f | %s | %.1f | %.1f | %.2f | %.0f | %.2f | %.2f | "
 			       "%.2f | %.2f | %.0f | %.0f |\n",
 			       (double)r.budget / 1048576, (unsigned long long)r.slots, r.tok_s,
-			       100 * r.hit_rate, 100 * r.prediction, 100 * r.prefetch_used,
+			       100 * r.hit_rate, pred, 100 * r.prefetch_used,
 			       r.bytes_per_token / 1e6, r.io_wait_s, 100 * r.overlap, bw / 1e9,
 			       qd1.bytes_s / 1e9, r.tok_s * r.bytes_per_token / 1e9, r.io_bound_tok_s, pct,
 			       pct1);
+		}
 		fflush(stdout);
 	}
 	free(list);

@@ -620,37 +620,41 @@ static void expert_worker(void *arg, int ith, int nth)
 	}
 }
 
-/* Router lookahead (streamed stores): apply the next layer's router to this
- * layer's pre-FFN state to guess the next layer's experts, and let the store
- * start reading them while this layer computes.  Only a hint: it never
- * changes what the next layer chooses. */
+/* Router lookahead (streamed stores): apply the routers of the next
+ * xs->lookahead layers (at least 1) to this layer's pre-FFN state to guess
+ * their experts, and let the store start reading them while this layer
+ * computes.  Only a hint: it never changes what a layer chooses. */
 static void lookahead(moe_engine *eng, int il, int B)
 {
 	const moe_hparams *hp = &eng->m->hp;
 	int nx = (int)hp->n_expert, k = (int)hp->n_expert_used;
-	if ((uint32_t)il + 1 >= hp->n_layer || !eng->m->layers[il + 1].is_moe || nx > 256 || k > 64 ||
-	    eng->observe_fn)
+	int ahead = eng->experts->lookahead > 1 ? eng->experts->lookahead : 1;
+	if (nx > 256 || k > 64 || eng->observe_fn)
 		return;
-	const moe_layer *N = &eng->m->layers[il + 1];
-	int64_t E = hp->n_embd;
-	for (int t = 0; t < B; t++)
-		rmsnorm(eng->tmp + t * E, eng->x + t * E, N->ffn_norm, E, hp->norm_eps);
-	/* a few tokens on the calling thread: a router is a few thousand dot
-	 * products a token, less than waking the pool costs */
-	moe_matmul(eng->k, B <= EXP_PAR_MAX ? NULL : eng->pool, N->router.dtype, N->router.data,
-		   N->router.rows, N->router.cols, eng->tmp, N->router.cols, B, eng->router, nx,
-		   eng->scratch);
-	uint64_t mask[4] = {0};
-	int32_t sel[64], ids[256], n = 0;
-	for (int t = 0; t < B; t++) {
-		top_k(eng->router + (int64_t)t * nx, nx, k, sel);
-		for (int j = 0; j < k; j++)
-			mask[sel[j] >> 6] |= 1ull << (sel[j] & 63);
+	for (int d = 1; d <= ahead && (uint32_t)(il + d) < hp->n_layer; d++) {
+		const moe_layer *N = &eng->m->layers[il + d];
+		if (!N->is_moe)
+			continue;
+		int64_t E = hp->n_embd;
+		for (int t = 0; t < B; t++)
+			rmsnorm(eng->tmp + t * E, eng->x + t * E, N->ffn_norm, E, hp->norm_eps);
+		/* a few tokens on the calling thread: a router is a few thousand
+		 * dot products a token, less than waking the pool costs */
+		moe_matmul(eng->k, B <= EXP_PAR_MAX ? NULL : eng->pool, N->router.dtype,
+			   N->router.data, N->router.rows, N->router.cols, eng->tmp, N->router.cols, B,
+			   eng->router, nx, eng->scratch);
+		uint64_t mask[4] = {0};
+		int32_t sel[64], ids[256], n = 0;
+		for (int t = 0; t < B; t++) {
+			top_k(eng->router + (int64_t)t * nx, nx, k, sel);
+			for (int j = 0; j < k; j++)
+				mask[sel[j] >> 6] |= 1ull << (sel[j] & 63);
+		}
+		for (int x = 0; x < nx; x++)
+			if (mask[x >> 6] >> (x & 63) & 1)
+				ids[n++] = x;
+		eng->experts->prefetch(eng->experts, il + d, ids, n);
 	}
-	for (int x = 0; x < nx; x++)
-		if (mask[x >> 6] >> (x & 63) & 1)
-			ids[n++] = x;
-	eng->experts->prefetch(eng->experts, il + 1, ids, n);
 }
 
 /* Experts which[0..n) of the layer (indices into eng->active), each writing

@@ -23,7 +23,10 @@
 #include <unistd.h>
 
 enum { SLOT_EMPTY, SLOT_LOADING, SLOT_READY };
-enum { PREDICTED = 1, CANDIDATE = 2 };
+/* predicted[key]: bit d-1 (PRED_AT(d)) when a hint d layers ahead named the
+ * expert, bit 4+d-1 (CAND_AT(d)) when it was not cached then */
+#define PRED_AT(d) (1u << ((d) - 1))
+#define CAND_AT(d) (16u << ((d) - 1))
 
 /* LFRU: a use counts half after this many visits of the expert's layer. */
 #define HALF_LIFE 8.0
@@ -61,6 +64,13 @@ typedef struct {
 	unsigned depth, inflight;
 	size_t fixed_slots;   /* slots per registered buffer (0: none registered) */
 	pthread_mutex_t mu;
+	/* the cache is faulted in (and registered) by a thread of its own, a
+	 * chunk at a time (see populate_main); only ready slots are used */
+	pthread_t pop_thread;
+	bool pop_started, pop_stop;
+	pthread_cond_t pop_cv;  /* ready_slots grew */
+	size_t ready_slots;     /* slots [0, ready_slots) are faulted in and registered */
+	size_t pop_chunk;       /* slots per chunk (and per registered buffer) */
 	int n_layer, n_expert;
 	uint64_t slot_bytes;
 	size_t n_slots;
@@ -69,18 +79,20 @@ typedef struct {
 	slot *slots;
 	int32_t *where;       /* [n_layer * n_expert] slot or -1 */
 	span *spans;          /* [n_layer * n_expert]; len 0: not an expert */
-	uint8_t *predicted;   /* [n_layer * n_expert] lookahead for the next acquire:
-			       * PREDICTED, or CANDIDATE (predicted and not cached) */
+	uint8_t *predicted;   /* [n_layer * n_expert] lookahead hints for the layer's
+			       * next acquire: PRED_AT / CAND_AT bits per distance */
+	int ahead;            /* layers ahead hints are asked for (1..MOE_EXPERTS_MAX_LOOKAHEAD) */
 	uint64_t tick;        /* acquires */
 	uint64_t *visits;     /* [n_layer] acquires of each layer */
 	int cur_layer;        /* of the last acquire */
-	/* prefetch (see pump): the latest hint's candidates, and whether the
-	 * last 64 candidates were chosen (bit 1) */
-	int32_t *pf_queue;    /* [n_expert] keys */
-	int pf_n, pf_next;
+	/* prefetch (see pump): the candidates of the latest hint for each
+	 * layer ahead, nearest layer first, and per distance whether the last
+	 * 64 candidates were chosen (bit 1) */
+	int32_t *pf_queue;    /* [n_layer * n_expert] keys */
+	int pf_n;
 	unsigned pf_inflight; /* prefetch reads in flight */
-	uint64_t pf_hist;
-	int pf_hist_n;
+	uint64_t pf_hist[MOE_EXPERTS_MAX_LOOKAHEAD];
+	int pf_hist_n[MOE_EXPERTS_MAX_LOOKAHEAD];
 	struct stat st0;
 	moe_experts_params p;
 	int fault_kind;
@@ -461,7 +473,7 @@ static ssize_t victim(store *s)
 {
 	ssize_t best = -1;
 	double bs = 0;
-	for (size_t i = 0; i < s->n_slots; i++) {
+	for (size_t i = 0; i < s->ready_slots; i++) {
 		slot *sl = &s->slots[i];
 		if (sl->state == SLOT_EMPTY)
 			return (ssize_t)i;
@@ -479,11 +491,18 @@ static int claim(store *s, int32_t key, size_t *out)
 {
 	ssize_t v;
 	while ((v = victim(s)) < 0) {
-		if (!s->inflight)
+		if (s->inflight) {
+			reap_one(s, true);
+		} else if (s->ready_slots < s->n_slots) {
+			/* the rest of the cache is still being faulted in */
+			double t0 = moe_time_now();
+			pthread_cond_wait(&s->pop_cv, &s->mu);
+			s->st.populate_wait += moe_time_now() - t0;
+		} else {
 			return fail(s, MOE_EINVAL,
 				    "expert cache exhausted: all %zu slots are in use (raise --mem-budget)",
 				    s->n_slots);
-		reap_one(s, true);
+		}
 		if (s->err)
 			return s->err;
 	}
@@ -509,31 +528,60 @@ static int check_file(store *s)
 
 /* ------------------------------------------------------------ the seam */
 
-static void remember(store *s, bool chosen)
+static void remember(store *s, int d, bool chosen)
 {
 	s->st.candidates++;
 	s->st.candidates_chosen += chosen;
-	s->pf_hist = s->pf_hist << 1 | chosen;
-	if (s->pf_hist_n < PF_WINDOW)
-		s->pf_hist_n++;
+	s->st.candidates_at[d - 1]++;
+	s->st.candidates_chosen_at[d - 1] += chosen;
+	s->pf_hist[d - 1] = s->pf_hist[d - 1] << 1 | chosen;
+	if (s->pf_hist_n[d - 1] < PF_WINDOW)
+		s->pf_hist_n[d - 1]++;
 }
 
 /* The layer's lookahead predictions against what it chose: the accuracy
- * statistics, and the history the prefetch rule (pump) reads. */
+ * statistics (per distance), and the history the prefetch rule (pump)
+ * reads. */
 static void score_predictions(store *s, int32_t base, const int32_t *ids, int n)
 {
 	uint8_t *pr = s->predicted + base;
 	for (int i = 0; i < n; i++) {
-		if (pr[ids[i]])
-			s->st.predicted_right++;
-		if (pr[ids[i]] == CANDIDATE)
-			remember(s, true);
+		for (int d = 1; d <= s->ahead; d++) {
+			if (pr[ids[i]] & PRED_AT(d)) {
+				s->st.predicted_right_at[d - 1]++;
+				if (d == 1)
+					s->st.predicted_right++;
+			}
+			if (pr[ids[i]] & CAND_AT(d))
+				remember(s, d, true);
+		}
 		pr[ids[i]] = 0;
 	}
-	for (int x = 0; x < s->n_expert; x++)
-		if (pr[x] == CANDIDATE)
-			remember(s, false);
-	memset(pr, 0, (size_t)s->n_expert * sizeof *pr);
+	for (int x = 0; x < s->n_expert; x++) {
+		for (int d = 1; d <= s->ahead; d++)
+			if (pr[x] & CAND_AT(d))
+				remember(s, d, false);
+		pr[x] = 0;
+	}
+}
+
+/* Layers from the last acquire's to `layer` (1: the next), within
+ * 1..ahead: a hint for the layer just acquired (engines sharing the store,
+ * or a caller of its own) counts as one for the next layer. */
+static int distance(const store *s, int layer)
+{
+	int d = (layer - s->cur_layer + s->n_layer) % s->n_layer;
+	return d < 1 ? 1 : d > s->ahead ? s->ahead : d;
+}
+
+/* Drop the queued candidates of `layer`. */
+static void unqueue(store *s, int layer)
+{
+	int k = 0;
+	for (int i = 0; i < s->pf_n; i++)
+		if (s->pf_queue[i] / s->n_expert != layer)
+			s->pf_queue[k++] = s->pf_queue[i];
+	s->pf_n = k;
 }
 
 static void pump(store *s);
@@ -617,8 +665,7 @@ static int st_acquire_start(moe_expert_store *pub, int layer, const int32_t *ids
 	s->cur_layer = layer;
 	int32_t base = layer * s->n_expert;
 	score_predictions(s, base, ids, n);
-	if (s->pf_n && s->pf_queue[0] / s->n_expert == layer)
-		s->pf_n = s->pf_next = 0; /* the hint was for this acquire: too late now */
+	unqueue(s, layer); /* hints for this acquire: too late now */
 	int misses = 0;
 	/* hits (and reads already in flight) first, so that no victim is one of ours */
 	for (int i = 0; i < n && !s->err; i++) {
@@ -763,31 +810,34 @@ static ssize_t cold_slot(store *s)
  * an unconditional prefetch started only a tenth were used, and they
  * delayed the reads a layer was waiting for.  So start a candidate's read
  * only while more than half of the last 64 candidates (predicted and not
- * cached) were chosen, only when no read that a layer waits for is in
- * flight, at most PF_MAX_INFLIGHT at a time, and only into a cold slot.
- * Called whenever that may have changed: a hint, a layer's last arrival,
- * a release.  The read of the next layer's experts then runs while this
- * layer's last experts compute (double buffering across layers). */
+ * cached) at its distance were chosen, only when no read that a layer waits
+ * for is in flight, at most PF_MAX_INFLIGHT at a time, nearest layer first,
+ * and only into a cold slot.  Called whenever that may have changed: a
+ * hint, a layer's last arrival, a release.  The reads of the next layers'
+ * experts then run while this layer's last experts compute (double
+ * buffering across layers). */
 static void pump(store *s)
 {
-	if (!s->uring || s->err || s->pf_next >= s->pf_n)
+	if (!s->uring || s->err)
 		return;
-	int used = __builtin_popcountll(s->pf_hist); /* bits above pf_hist_n are 0 */
-	if (s->pf_hist_n < PF_MIN_HISTORY || 2 * used <= s->pf_hist_n)
-		return;
-	while (s->pf_next < s->pf_n && s->inflight == s->pf_inflight &&
-	       s->pf_inflight < PF_MAX_INFLIGHT && !s->err) {
-		int32_t key = s->pf_queue[s->pf_next];
-		if (s->where[key] >= 0) {
-			s->pf_next++;
+	int k = 0, i = 0;
+	for (; i < s->pf_n && s->inflight == s->pf_inflight && s->pf_inflight < PF_MAX_INFLIGHT &&
+	       !s->err; i++) {
+		int32_t key = s->pf_queue[i];
+		int d = distance(s, key / s->n_expert);
+		int used = __builtin_popcountll(s->pf_hist[d - 1]); /* bits above the count are 0 */
+		if (s->where[key] >= 0)
+			continue;
+		if (s->pf_hist_n[d - 1] < PF_MIN_HISTORY || 2 * used <= s->pf_hist_n[d - 1]) {
+			s->pf_queue[k++] = key; /* not now: its distance does not pay lately */
 			continue;
 		}
 		ssize_t v = cold_slot(s);
 		if (v < 0) {
-			s->pf_next = s->pf_n; /* nothing cold now: the hint is dropped */
+			i = s->pf_n; /* nothing cold now: the hints are dropped */
+			k = 0;
 			break;
 		}
-		s->pf_next++;
 		drop_slot(s, (size_t)v);
 		slot *sl = &s->slots[v];
 		sl->key = key;
@@ -801,24 +851,36 @@ static void pump(store *s)
 		sl->pf_read = true;
 		s->pf_inflight++;
 	}
+	/* keep what was not reached */
+	memmove(s->pf_queue + k, s->pf_queue + i, (size_t)(s->pf_n - i) * sizeof *s->pf_queue);
+	s->pf_n = k + s->pf_n - i;
 	submit(s);
 }
 
-/* A hint (router lookahead): remember the candidates, start what the rule
- * allows now, never wait. */
+/* A hint (router lookahead): remember the candidates in place of the
+ * layer's earlier ones, start what the rule allows now, never wait. */
 static void st_prefetch(moe_expert_store *pub, int layer, const int32_t *ids, int n)
 {
 	store *s = (store *)pub;
 	pthread_mutex_lock(&s->mu);
 	int32_t base = layer * s->n_expert;
-	s->pf_n = s->pf_next = 0;
+	int d = distance(s, layer);
+	unqueue(s, layer);
 	for (int i = 0; i < n; i++) {
 		int32_t key = base + ids[i];
 		bool cached = s->where[key] >= 0;
-		s->predicted[key] = cached ? PREDICTED : CANDIDATE;
-		s->st.predicted++;
-		if (!cached)
-			s->pf_queue[s->pf_n++] = key;
+		s->predicted[key] |= (uint8_t)(PRED_AT(d) | (cached ? 0 : CAND_AT(d)));
+		s->st.predicted_at[d - 1]++;
+		if (d == 1)
+			s->st.predicted++;
+		if (cached)
+			continue;
+		/* in order: the nearer layers' candidates stay ahead of these */
+		int at = s->pf_n;
+		while (at > 0 && distance(s, s->pf_queue[at - 1] / s->n_expert) > d)
+			s->pf_queue[at] = s->pf_queue[at - 1], at--;
+		s->pf_queue[at] = key;
+		s->pf_n++;
 	}
 	pump(s);
 	pthread_mutex_unlock(&s->mu);
@@ -923,11 +985,7 @@ static int load_all(store *s, moe_error *e)
 
 /* ------------------------------------------------------------ open/close */
 
-/* Fault the whole cache in now (zeroed, as huge pages where the kernel gives
- * them) rather than on each slot's first read: that read would otherwise
- * zero the slot's memory in the submitting (computing) thread, about a
- * millisecond per expert of a few MiB, during the run.  The budget is the
- * cache's size whether it is touched early or late. */
+/* Fault memory in (zeroed, as huge pages where the kernel gives them). */
 static void populate(uint8_t *p, size_t bytes)
 {
 #ifdef MADV_POPULATE_WRITE
@@ -936,6 +994,49 @@ static void populate(uint8_t *p, size_t bytes)
 #endif
 	for (size_t o = 0; o < bytes; o += 4096)
 		((volatile uint8_t *)p)[o] = 0;
+}
+
+/* The cache's memory is faulted in before any read goes into it: a read
+ * into a fresh slot would zero and pin its pages inside io_uring_enter, in
+ * the computing thread, about a millisecond per expert of a few MiB.  Done
+ * all at open, that cost the run its first seconds (7 s for the 1.2 GiB
+ * cache of olmoe-m at 1536M on the test VM, where first touch runs at about
+ * 180 MB/s), so this thread does it a chunk at a time in the background:
+ * fault a chunk in, register it with io_uring as a fixed buffer, then make
+ * its slots usable (ready_slots).  Until then the store uses the ready
+ * slots only, and an acquire that needs more waits (blocking) for the next
+ * chunk.  The budget is the cache's size whether touched early or late. */
+static void *populate_main(void *arg)
+{
+	store *s = arg;
+	double t0 = moe_time_now();
+	for (size_t first = 0; first < s->n_slots; first += s->pop_chunk) {
+		size_t n = s->n_slots - first < s->pop_chunk ? s->n_slots - first : s->pop_chunk;
+		pthread_mutex_lock(&s->mu);
+		bool stop = s->pop_stop;
+		pthread_mutex_unlock(&s->mu);
+		if (stop)
+			break;
+		uint8_t *p = s->cache + first * s->slot_bytes;
+		populate(p, n * s->slot_bytes);
+		pthread_mutex_lock(&s->mu);
+		if (s->fixed_slots) {
+			struct iovec iov = {p, n * s->slot_bytes};
+			int r = io_uring_register_buffers_update_tag(&s->ring, (unsigned)(first / s->pop_chunk),
+								     &iov, NULL, 1);
+			if (r < 0) {
+				moe_log(MOE_LOG_DEBUG, "io_uring cannot register the expert cache (%s): "
+					"reads pin pages each time", strerror(-r));
+				s->fixed_slots = 0;
+			}
+		}
+		s->ready_slots = first + n;
+		if (s->ready_slots == s->n_slots)
+			s->st.populate_s = moe_time_now() - t0;
+		pthread_cond_broadcast(&s->pop_cv);
+		pthread_mutex_unlock(&s->mu);
+	}
+	return NULL;
 }
 
 /* Bring the non-expert tensors into the page cache, exactly and now.
@@ -976,30 +1077,20 @@ static void read_dense(store *s)
 		close(fd);
 }
 
-/* Register the cache with io_uring as fixed buffers (whole slots, at most
- * 1 GiB each: the kernel's limit per buffer) so that a read does not pin
- * and unpin the slot's pages itself.  Registration locks the pages; where
- * RLIMIT_MEMLOCK refuses it, reads pin per read as before. */
+/* A table of fixed buffers for the cache, one per chunk of slots (each at
+ * most 1 GiB, the kernel's limit per buffer), filled as populate_main
+ * faults the chunks in: a read into a registered buffer does not pin and
+ * unpin the slot's pages itself.  Registration locks the pages; where
+ * RLIMIT_MEMLOCK (or the kernel) refuses, reads pin per read. */
 static void register_cache(store *s)
 {
-	size_t per = (size_t)((1ull << 30) / s->slot_bytes);
-	if (!per)
-		return;
-	size_t nb = (s->n_slots + per - 1) / per;
-	struct iovec *iov = calloc(nb, sizeof *iov);
-	if (!iov)
-		return;
-	for (size_t b = 0; b < nb; b++) {
-		size_t first = b * per, n = s->n_slots - first < per ? s->n_slots - first : per;
-		iov[b] = (struct iovec){s->cache + first * s->slot_bytes, n * s->slot_bytes};
-	}
-	int r = io_uring_register_buffers(&s->ring, iov, (unsigned)nb);
-	free(iov);
+	size_t nb = (s->n_slots + s->pop_chunk - 1) / s->pop_chunk;
+	int r = io_uring_register_buffers_sparse(&s->ring, (unsigned)nb);
 	if (r < 0)
 		moe_log(MOE_LOG_DEBUG, "io_uring cannot register the expert cache (%s): reads pin pages each time",
 			strerror(-r));
 	else
-		s->fixed_slots = per;
+		s->fixed_slots = s->pop_chunk;
 }
 
 void moe_experts_close(moe_expert_store *pub)
@@ -1007,6 +1098,12 @@ void moe_experts_close(moe_expert_store *pub)
 	store *s = (store *)pub;
 	if (!s)
 		return;
+	if (s->pop_started) {
+		pthread_mutex_lock(&s->mu);
+		s->pop_stop = true;
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->pop_thread, NULL);
+	}
 	if (s->uring) {
 		while (s->inflight) {
 			struct io_uring_cqe *cqe;
@@ -1027,6 +1124,7 @@ void moe_experts_close(moe_expert_store *pub)
 	free(s->predicted);
 	free(s->visits);
 	free(s->pf_queue);
+	pthread_cond_destroy(&s->pop_cv);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }
@@ -1064,6 +1162,7 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	if (!s)
 		return moe_err(e, MOE_ENOMEM, "out of memory");
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->pop_cv, NULL);
 	s->fd = -1;
 	s->m = m;
 	s->p = *p;
@@ -1084,7 +1183,10 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	s->spans = calloc(nk, sizeof *s->spans);
 	s->predicted = calloc(nk, sizeof *s->predicted);
 	s->visits = calloc((size_t)s->n_layer, sizeof *s->visits);
-	s->pf_queue = calloc((size_t)s->n_expert, sizeof *s->pf_queue);
+	s->ahead = p->lookahead < 1 ? MOE_EXPERTS_LOOKAHEAD : p->lookahead > MOE_EXPERTS_MAX_LOOKAHEAD
+							? MOE_EXPERTS_MAX_LOOKAHEAD : p->lookahead;
+	s->pub.lookahead = s->ahead;
+	s->pf_queue = calloc(nk, sizeof *s->pf_queue); /* each key at most once */
 	if (!s->where || !s->spans || !s->predicted || !s->visits || !s->pf_queue) {
 		rc = moe_err(e, MOE_ENOMEM, "out of memory");
 		goto fail;
@@ -1146,7 +1248,6 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 #ifdef MADV_HUGEPAGE
 	madvise(s->cache, s->cache_bytes, MADV_HUGEPAGE);
 #endif
-	populate(s->cache, s->cache_bytes);
 	s->slots = calloc(s->n_slots, sizeof *s->slots);
 	if (!s->slots) {
 		rc = moe_err(e, MOE_ENOMEM, "out of memory");
@@ -1154,6 +1255,28 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	}
 	for (size_t i = 0; i < s->n_slots; i++)
 		s->slots[i].key = -1;
+	s->depth = RING_DEPTH;
+	if (!p->no_uring) {
+		int r = io_uring_queue_init(s->depth, &s->ring, 0);
+		if (r < 0)
+			moe_log(MOE_LOG_WARN, "io_uring unavailable (%s): synchronous expert reads",
+				strerror(-r));
+		else
+			s->uring = true;
+	}
+	/* chunks of about 64 MiB (at least one slot, at most 1 GiB) */
+	s->pop_chunk = (size_t)((64ull << 20) / s->slot_bytes);
+	if (s->pop_chunk < 1)
+		s->pop_chunk = 1;
+	if (s->pop_chunk * s->slot_bytes > (1ull << 30))
+		s->pop_chunk = (size_t)((1ull << 30) / s->slot_bytes);
+	if (s->uring)
+		register_cache(s);
+	/* started first, so that it runs while the dense tensors are read */
+	if (pthread_create(&s->pop_thread, NULL, populate_main, s) == 0)
+		s->pop_started = true;
+	else
+		populate_main(s); /* no thread: all of it now */
 	/* The map's expert pages are never touched now.  Readahead on a fault
 	 * in the dense part would pull neighbouring expert pages into the page
 	 * cache (megabytes per fault): no readahead on the map, and the dense
@@ -1182,34 +1305,37 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 		if (s->spans[k].len)
 			posix_fadvise(s->fd, (off_t)s->spans[k].off, (off_t)s->spans[k].len,
 				      POSIX_FADV_DONTNEED);
-	s->depth = RING_DEPTH;
-	if (!p->no_uring) {
-		int r = io_uring_queue_init(s->depth, &s->ring, 0);
-		if (r < 0)
-			moe_log(MOE_LOG_WARN, "io_uring unavailable (%s): synchronous expert reads",
-				strerror(-r));
-		else
-			s->uring = true;
-	}
-	if (s->uring)
-		register_cache(s);
 	s->st.direct = s->direct;
 	s->st.uring = s->uring;
 	s->st.slots = s->n_slots;
 	s->st.slot_bytes = s->slot_bytes;
-	if (p->profile && (rc = warm_start(s, e)) < 0)
-		goto fail;
-	if (!p->profile && s->n_slots == s->st.n_layer_experts) {
-		if ((rc = load_all(s, e)) < 0)
-			goto fail;
+	/* under the mutex, as every call: claim waits for the population
+	 * thread on it */
+	pthread_mutex_lock(&s->mu);
+	if (p->profile)
+		rc = warm_start(s, e);
+	else if (s->n_slots == s->st.n_layer_experts) {
+		rc = load_all(s, e);
 		s->pub.prefetch = NULL; /* nothing is ever missing: no lookahead to pay for */
 	}
+	pthread_mutex_unlock(&s->mu);
+	if (rc < 0)
+		goto fail;
 	moe_experts_reset_stats(&s->pub);
 	*out = &s->pub;
 	return 0;
 fail:
 	moe_experts_close(&s->pub);
 	return rc;
+}
+
+void moe_experts_wait_populated(moe_expert_store *pub)
+{
+	store *s = (store *)pub;
+	pthread_mutex_lock(&s->mu);
+	while (s->ready_slots < s->n_slots)
+		pthread_cond_wait(&s->pop_cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
 }
 
 void moe_experts_get_stats(moe_expert_store *pub, moe_experts_stats *out)
@@ -1229,6 +1355,7 @@ void moe_experts_reset_stats(moe_expert_store *pub)
 	s->st.slots = k.slots, s->st.slot_bytes = k.slot_bytes, s->st.fixed_bytes = k.fixed_bytes;
 	s->st.expert_bytes = k.expert_bytes, s->st.n_layer_experts = k.n_layer_experts;
 	s->st.direct = s->direct, s->st.uring = s->uring;
+	s->st.populate_s = k.populate_s;
 	for (size_t i = 0; i < s->n_slots; i++)
 		s->slots[i].by_prefetch = false; /* counted with the old figures */
 	pthread_mutex_unlock(&s->mu);

@@ -9,7 +9,8 @@
  * for every type, and for every type a tiled GEMM that gives the same bits
  * as the dot products (the reduction orders are described with each): for
  * the quantised types rows in the lanes, the weights unpacked once for many
- * tokens; for the float types one row by three tokens.
+ * tokens; for the float types three rows by four tokens (few tokens: one
+ * row by three).
  *
  * Without VNNI the 8-bit products use vpmaddubsw (u8 x s8 -> pairs summed to
  * s16, saturating) then vpmaddwd (s16 x s16 -> pairs summed to s32).  The
@@ -1163,8 +1164,9 @@ MOE_B32X_GEMM(iq4_nl, X_IQ4_NL)
  *
  * float_dot's order kept per output (four partial vectors over 32-element
  * steps, the 8-element steps into the first, the scalar tail added after
- * hsum8); a tile is one row and up to three tokens, so each weight vector
- * is loaded and converted once for three tokens (12 accumulators). */
+ * hsum8); for few tokens a tile is one row and up to three tokens, so each
+ * weight vector is loaded and converted once for three tokens (12
+ * accumulators). */
 #define GTF 3
 
 INLINE void float_tile(const int kind, const int T, int64_t n, const uint8_t *w,
@@ -1200,10 +1202,92 @@ INLINE void float_tile(const int kind, const int T, int64_t n, const uint8_t *w,
 	}
 }
 
+/* For many tokens a bigger tile: FR rows x FT tokens, float_dot's four
+ * partial sums computed one at a time (pass j takes elements 32i + 8j ..
+ * +7 of every 32-element step, pass 0 then the 8-element steps), so a tile
+ * needs FR * FT accumulators instead of four times as many; between passes
+ * they wait in memory, and the rows and tokens of the tile (at most 3 rows
+ * and 4 tokens of a few KiB) stay in L1 for the four passes.  Each weight
+ * vector is converted once for 4 tokens, each activation vector loaded
+ * once for 3 rows: the one-row tile needed a load and a conversion per
+ * 3 multiplies, and the loads bound it. */
+#define FR 3
+#define FT 4
+
+INLINE void float_tile_rt(const int kind, const int R, const int T, int64_t n, const uint8_t *w,
+			  size_t ldw, const uint8_t *x, size_t ldx, float *s, size_t lds)
+{
+	const int esz = kind == 0 ? 4 : 2;
+	const int64_t n32 = n / 32 * 32, n8 = n / 8 * 8;
+	__m256 part[4][FR][FT];
+	for (int j = 0; j < 4; j++) {
+		__m256 acc[FR][FT];
+		MOE_UNROLL2 for (int r = 0; r < R; r++)
+			MOE_UNROLL2 for (int t = 0; t < T; t++)
+				acc[r][t] = _mm256_setzero_ps();
+		for (int64_t i = 8 * j; i < n32; i += 32) {
+			__m256 wv[FR];
+			MOE_UNROLL2 for (int r = 0; r < R; r++)
+				wv[r] = load_w8(kind, w + r * ldw + i * esz);
+			MOE_UNROLL2 for (int t = 0; t < T; t++) {
+				const __m256 xv = _mm256_loadu_ps((const float *)(x + t * ldx) + i);
+				MOE_UNROLL2 for (int r = 0; r < R; r++)
+					acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+			}
+		}
+		for (int64_t i = n32; j == 0 && i < n8; i += 8) {
+			__m256 wv[FR];
+			MOE_UNROLL2 for (int r = 0; r < R; r++)
+				wv[r] = load_w8(kind, w + r * ldw + i * esz);
+			MOE_UNROLL2 for (int t = 0; t < T; t++) {
+				const __m256 xv = _mm256_loadu_ps((const float *)(x + t * ldx) + i);
+				MOE_UNROLL2 for (int r = 0; r < R; r++)
+					acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+			}
+		}
+		MOE_UNROLL2 for (int r = 0; r < R; r++)
+			MOE_UNROLL2 for (int t = 0; t < T; t++)
+				part[j][r][t] = acc[r][t];
+	}
+	for (int r = 0; r < R; r++)
+		for (int t = 0; t < T; t++) {
+			const float *xt = (const float *)(x + t * ldx);
+			float sum = hsum8(_mm256_add_ps(_mm256_add_ps(part[0][r][t], part[1][r][t]),
+							_mm256_add_ps(part[2][r][t], part[3][r][t])));
+			for (int64_t k = n8; k < n; k++)
+				sum += load_w1(kind, w + r * ldw + k * esz) * xt[k];
+			s[t * lds + r] = sum;
+		}
+}
+
+#define FLOAT_RT_CASE(RR, TT) \
+	case (RR) * 8 + (TT): \
+		float_tile_rt(kind, RR, TT, n, wr, ldw, xt, ldx, st, lds); \
+		break;
+
 INLINE void float_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, size_t ldw,
 		       const void *xp, size_t ldx, float *s, size_t lds)
 {
 	const uint8_t *w = wp, *x = xp;
+	if (nt >= FT) {
+		for (int r0 = 0; r0 < nr; r0 += FR)
+			for (int t0 = 0; t0 < nt; t0 += FT) {
+				const uint8_t *wr = w + (size_t)r0 * ldw, *xt = x + (size_t)t0 * ldx;
+				float *st = s + (size_t)t0 * lds + r0;
+				const int R = nr - r0 < FR ? nr - r0 : FR;
+				const int T = nt - t0 < FT ? nt - t0 : FT;
+				switch (R * 8 + T) {
+					FLOAT_RT_CASE(1, 1) FLOAT_RT_CASE(1, 2) FLOAT_RT_CASE(1, 3)
+					FLOAT_RT_CASE(1, 4) FLOAT_RT_CASE(2, 1) FLOAT_RT_CASE(2, 2)
+					FLOAT_RT_CASE(2, 3) FLOAT_RT_CASE(2, 4) FLOAT_RT_CASE(3, 1)
+					FLOAT_RT_CASE(3, 2) FLOAT_RT_CASE(3, 3)
+				default:
+					float_tile_rt(kind, 3, 4, n, wr, ldw, xt, ldx, st, lds);
+					break;
+				}
+			}
+		return;
+	}
 	for (int r = 0; r < nr; r++)
 		for (int t0 = 0; t0 < nt; t0 += GTF) {
 			const uint8_t *wr = w + (size_t)r * ldw, *xt = x + (size_t)t0 * ldx;

@@ -94,6 +94,21 @@ assert abs(s["io_bound_qd1_tok_s"] * s["bytes_read_per_token"] - s["disk_bw_qd1_
 assert abs(s["pct_of_io_bound_qd1"] - 100 * s["tok_s"] / s["io_bound_qd1_tok_s"]) < 1e-6, s
 PY
 ok $? "... and the disk at QD1 and at the store's queue depth (K + 2), expert-sized reads"
+# --lookahead 2: the prediction accuracy one and two layers ahead (the demo
+# model: 4 layers; the generated ones have 2); the cache's population timed apart
+"$BIN/moe-bench" -m "$top_srcdir/share/moe-demo.uth" --mem-budget 50% --lookahead 2 -n 8 -o json \
+	> "$T/b.json" 2>"$T/err"
+ok $? "moe-bench --mem-budget 50% --lookahead 2 (demo model)"
+$PYTHON3 -c 'import json, sys; r = json.load(open(sys.argv[1]))[0]
+a, c = r["prediction_accuracy_at"], r["candidate_accuracy_at"]
+assert r["lookahead"] == 2 and len(a) == 2 and len(c) == 2, r
+assert a[0] == r["prediction_accuracy"] and all(0 <= x <= 1 for x in a + c), r
+assert r["open_s"] > 0 and r["populate_s"] > 0 and r["prefetch_reads_per_token"] >= 0, r' "$T/b.json"
+ok $? "... gives the accuracy at both distances, open and population times"
+"$BIN/moe-bench" -m "$M" --mem-budget 90% --lookahead 5 -n 8 >/dev/null 2>"$T/err"
+is $? 2 "--lookahead 5: usage error"
+"$BIN/moe-bench" -m "$M" --lookahead 2 -n 8 >/dev/null 2>"$T/err"
+is $? 2 "--lookahead without --mem-budget: usage error"
 # --no-overlap: every expert of a layer before any math, so none overlaps I/O
 "$BIN/moe-bench" -m "$M" --mem-budget 90% --no-overlap -n 8 -o json > "$T/b.json" 2>"$T/err"
 ok $? "moe-bench --mem-budget 90% --no-overlap"

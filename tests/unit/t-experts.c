@@ -306,6 +306,46 @@ int main(void)
 		unlink(prof);
 	}
 
+	/* lookahead 2 and 4 layers: hints for every distance asked (the demo
+	 * model has fewer layers than 4: as many as there are), counted per
+	 * distance; the logits do not change (hints never change a choice) */
+	for (int la = 2; la <= MOE_EXPERTS_MAX_LOOKAHEAD; la += 2) {
+		moe_expert_store *st;
+		moe_experts_params p = {.budget = fixed + slots[2] * slot, .lookahead = la};
+		int rc = moe_experts_open(&st, m, &p, &e);
+		if (rc == 0)
+			rc = run(m, st, got, &e);
+		moe_experts_stats s = {0};
+		if (st)
+			moe_experts_get_stats(st, &s);
+		int want = la < n_moe ? la : n_moe - 1, seen = 0;
+		bool sane = s.predicted == s.predicted_at[0] && s.predicted_right == s.predicted_right_at[0];
+		for (int d = 0; d < MOE_EXPERTS_MAX_LOOKAHEAD; d++) {
+			seen += s.predicted_at[d] > 0;
+			sane = sane && s.predicted_right_at[d] <= s.predicted_at[d] &&
+			       s.candidates_chosen_at[d] <= s.candidates_at[d];
+		}
+		ok(rc == 0 && !memcmp(got, ref, nl * sizeof *got) && seen == want && sane,
+		   "lookahead %d: same logits, predictions at %d distances (%d; %s)", la, want, seen,
+		   rc ? e.msg : "ok");
+		moe_experts_close(st);
+	}
+	/* the cache faulted in in the background: waiting for it ends, and says
+	 * how long it took; a run right after open (above) waits for slots */
+	{
+		moe_expert_store *st;
+		moe_experts_params p = {.budget = fixed + slots[3] * slot};
+		int rc = moe_experts_open(&st, m, &p, &e);
+		moe_experts_stats s = {0};
+		if (rc == 0) {
+			moe_experts_wait_populated(st);
+			moe_experts_get_stats(st, &s);
+		}
+		ok(rc == 0 && s.populate_s > 0 && s.slots == slots[3], "population: done in %.3f s (%s)",
+		   s.populate_s, rc ? e.msg : "ok");
+		moe_experts_close(st);
+	}
+
 	/* buffered reads and synchronous pread */
 	for (int mode = 0; mode < 2; mode++) {
 		moe_expert_store *st;
