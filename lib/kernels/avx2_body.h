@@ -930,13 +930,21 @@ INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, i
 			float dy;
 			memcpy(&dy, y + offsetof(moe_block_q8_k, d), 4);
 			MOE_UNROLL2 for (int v = 0; v < 2; v++) {
-				__m256i ms = _mm256_setzero_si256();
-				for (int j = 0; j < (k45 ? 4 : 8); j++) {
-					const __m256i mm =
-						_mm256_load_si256((const void *)(pk->mm[sb][j] + 8 * v));
-					ms = _mm256_add_epi32(ms, _mm256_madd_epi16(
-									  mm, _mm256_set1_epi32(bp[j])));
-				}
+				/* (Unrolled, summed as a tree: exact integers.) */
+				__m256i pr[8];
+				MOE_UNROLL2 for (int j = 0; j < 8; j++)
+					pr[j] = j < 4 || !k45
+							? _mm256_madd_epi16(
+								  _mm256_load_si256(
+									  (const void *)(pk->mm[sb][j] + 8 * v)),
+								  _mm256_set1_epi32(bp[j]))
+							: _mm256_setzero_si256();
+				__m256i ms = _mm256_add_epi32(_mm256_add_epi32(pr[0], pr[1]),
+							      _mm256_add_epi32(pr[2], pr[3]));
+				if (!k45)
+					ms = _mm256_add_epi32(ms, _mm256_add_epi32(
+									  _mm256_add_epi32(pr[4], pr[5]),
+									  _mm256_add_epi32(pr[6], pr[7])));
 				__m256i isum = is[v][t];
 				if (kind == KQ2_Q6_K || kind == KQ2_Q3_K) {
 					isum = _mm256_add_epi32(isum, ms);
