@@ -3,9 +3,10 @@
 # reference (tests/ref) on generated models: every architecture at F32, and
 # mixtral / olmoe (and qwen2moe for a few) at every type scripts/gen-model
 # writes.  For each model (GGUF -> moe-convert -> UTH, run by
-# tests/unit/engine-run) and each kernel set (the default one, MOE_ISA=generic
-# and MOE_ISA=avx2; for BF16 also avx512bf16 or avx512, whichever the default
-# is not, on a CPU with avx512bf16), tests/ref/vs_engine.py checks
+# tests/unit/engine-run) and each kernel set (the default one, MOE_ISA=generic,
+# MOE_ISA=avx2 and, where the CPU has AVX-VNNI, MOE_ISA=avxvnni; for BF16
+# also avx512bf16 or avx512, whichever the default is not, on a CPU with
+# avx512bf16), tests/ref/vs_engine.py checks
 #   - the logits of the last prompt position against the reference that
 #     emulates the engine's specified arithmetic (tests/ref/README): KV cache
 #     rounded to F16, and for quantised weights the activations rounded to the
@@ -60,6 +61,7 @@ tol() {
 # whether this CPU has avx512bf16 at all.
 LEVEL=$("$BIN/moe-run" --version | sed -n 's/^kernels: \([a-z0-9]*\).*/\1/p')
 HAS_BF16=$(env -u MOE_ISA "$BIN/moe-run" --version | grep -q '^kernels: avx512bf16' && echo 1)
+HAS_VNNI=$(grep -qw avx_vnni /proc/cpuinfo 2>/dev/null && [ "$LEVEL" != avxvnni ] && echo 1)
 
 # engine NAME TAG [ISA] [BATCH] [KV_BLOCK]: engine-run on NAME.uth into
 # NAME.TAG.out, its rounding decisions into NAME.TAG.out.tape
@@ -86,6 +88,8 @@ model() {
 	fi
 	outs="" bf16outs=""
 	runs="default|generic generic|avx2 avx2|b1 '' 1"
+	# AVX-VNNI's level where the CPU has it (the default is above it)
+	[ -n "$HAS_VNNI" ] && runs="$runs|avxvnni avxvnni"
 	# BF16 on the avx512bf16 level when the default runs are not on it, and
 	# on avx512 (float products) when they are
 	if [ "$type" = bf16 ] && [ -n "$HAS_BF16" ]; then
@@ -155,7 +159,8 @@ set -- "$@" "granitemoe-f32 granitemoe f32 tiny $((S + 30))" \
 	"granitemoeshared-f32 granitemoeshared f32 tiny $((S + 31))" \
 	"granitemoe-q8_0 granitemoe q8_0 tiny $((S + 32))" \
 	"granitemoeshared-bf16 granitemoeshared bf16 tiny $((S + 33))" \
-	"granitemoeshared-q4_k granitemoeshared q4_k small $((S + 34))"
+	"granitemoeshared-q4_k granitemoeshared q4_k small $((S + 34))" \
+	"granitemoe-f16 granitemoe f16 tiny $((S + 43))"
 # issue 14: Phi-3.5-MoE (LayerNorm with biases, attention and output biases,
 # sparsemixer router, LongRoPE short factors)
 set -- "$@" "phimoe-f32 phimoe f32 tiny $((S + 35))" "phimoe-f16 phimoe f16 tiny $((S + 36))" \
@@ -164,7 +169,8 @@ set -- "$@" "phimoe-f32 phimoe f32 tiny $((S + 35))" "phimoe-f16 phimoe f16 tiny
 # router and expert biases, clamped SwiGLU, YaRN with fractional ramp ends;
 # MXFP4 experts)
 set -- "$@" "gpt-oss-f32 gpt-oss f32 tiny $((S + 39))" "gpt-oss-mxfp4 gpt-oss mxfp4 tiny $((S + 40))" \
-	"gpt-oss-q8_0 gpt-oss q8_0 tiny $((S + 41))" "gpt-oss-q4_k gpt-oss q4_k small $((S + 42))"
+	"gpt-oss-q8_0 gpt-oss q8_0 tiny $((S + 41))" "gpt-oss-q4_k gpt-oss q4_k small $((S + 42))" \
+	"gpt-oss-f16 gpt-oss f16 tiny $((S + 44))"
 
 # two models at a time (2 cores: one's Python while the other's engine runs)
 i=0

@@ -50,16 +50,20 @@ PROMPT="1 7 3 9 4 200 11 5"
 N=32
 
 # Tolerances (max |engine - reference| / max |reference logit|), t0410's:
-#   type      emulation         tolerance  exact reference
-#   f32 f16   kv-f16            2e-4       3e-3 (t0410: 1e-3)
-#   q8_0      act-quant,kv-f16  1e-6       -
-#   q4_k      act-quant,kv-f16  1e-5       -
+#   type      emulation         tolerance  measured (this suite)  exact ref.
+#   f32 f16   kv-f16            2e-4       9.5e-7                 3e-3
+#   q8_0      act-quant,kv-f16  1e-6       5.3e-8                 -
+#   q4_k      act-quant,kv-f16  1e-5       3.5e-7                 -
 # The exact reference (no F16 cache) is further than t0410's 1e-3 for the
-# V3 form: this is the cache format, not the engine.  The reference with
-# kv-f16 against the exact reference alone (no engine) differs by 1.74e-3
-# on the V3 F32 model below (seed 66; the other five F32/F16 models 2.2e-4
-# .. 5.9e-4), as t0410's README notes for mixtral seed 400 (1.12e-3); the
-# engine is within 2e-4 of the kv-f16 reference on all of them.
+# V3 form, and that is the cache format, not the engine: the engine is
+# within 9.5e-7 of the kv-f16 reference, and the kv-f16 reference alone
+# differs from the exact one by 1.74e-3 on the V3 F32 model below (seed
+# 66; the other five F32/F16 models 2.2e-4 .. 5.9e-4).  No expert choice
+# changes (checked layer by layer); the latent's float16 rounding is every
+# head's key and value at once, and the V3 form carries it further: tiny
+# F32 V3 models of seeds 60 .. 68 give 3.6e-4 .. 1.7e-3 (five of nine above
+# t0410's 1e-3), mixtral's of the same seeds 2.0e-4 .. 6.3e-4 (t0410's
+# README notes mixtral seed 400 at 1.12e-3).
 tol() {
 	case $1 in
 	f32|f16|bf16) echo "kv-f16 2e-4 3e-3" ;;
