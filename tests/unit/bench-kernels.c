@@ -9,10 +9,16 @@
  * Each figure is the median of --reps runs.
  *
  *   bench-kernels [-t THREADS] [-r REPS] [-m ROWSxCOLS] [-n PREFILL_TOKENS]
- *                 [-i generic|avx2|avxvnni|avx512|all] [-H] [-b] [TYPE...]
+ *                 [-d DECODE_TOKENS] [-i generic|avx2|avxvnni|avx512|all] [-H] [-b] [-c]
+ *                 [TYPE...]
+ * -d: tokens per decode product (default 1; 2-12 is an expert's share of a
+ *     batched step), weights still streamed from memory.
  * -H: decode from one cache-resident copy (kernel speed without memory).
  * -b: report the fastest run instead of the median.
+ * -c: time with the process's CPU clock instead of the wall clock (with
+ *     -t 1 on a shared machine: time spent waiting for a core is left out).
  */
+#include <time.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +33,16 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static bool use_best;
+static bool use_best, use_cpu;
+
+static double now(void)
+{
+	struct timespec ts;
+	if (!use_cpu)
+		return moe_time_now();
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* The median, or with -b the fastest run (for kernel tuning on a machine
  * others are using: interference only ever slows a run down). */
@@ -72,7 +87,7 @@ static void random_blocks(int dt, uint8_t *p, size_t n)
 
 int main(int argc, char **argv)
 {
-	int threads = 2, reps = 9, n_prefill = 512, isa_sel = -1;
+	int threads = 2, reps = 9, n_prefill = 512, n_dec = 1, isa_sel = -1;
 	bool hot = false, best = false;
 	int64_t rows = 4096, cols = 4096;
 	int types[MOE_DTYPE_MAX], n_types = 0;
@@ -85,10 +100,14 @@ int main(int argc, char **argv)
 			reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "-b"))
 			best = true;
+		else if (!strcmp(argv[i], "-c"))
+			use_cpu = true;
 		else if (!strcmp(argv[i], "-H"))
 			hot = true;
 		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
 			n_prefill = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "-d") && i + 1 < argc)
+			n_dec = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
 			long long a, b;
 			if (sscanf(argv[++i], "%lldx%lld", &a, &b) != 2) {
@@ -123,6 +142,8 @@ int main(int argc, char **argv)
 		reps = 9;
 	if (n_prefill < 1)
 		n_prefill = 512;
+	if (n_dec < 1 || n_dec > n_prefill)
+		n_dec = 1;
 
 	moe_pool *pool = NULL;
 	if (moe_pool_create(&pool, threads, &e) < 0) {
@@ -134,10 +155,10 @@ int main(int argc, char **argv)
 	for (int64_t i = 0; i < cols * n_prefill; i++)
 		X[i] = frand();
 
-	printf("# %lldx%lld, %d threads, %s of %d runs; decode streams copies totalling "
-	       ">= 256 MiB%s\n",
-	       (long long)rows, (long long)cols, threads, best ? "best" : "median", reps,
-	       hot ? " (not with -H)" : "");
+	printf("# %lldx%lld, %d threads, %s of %d runs; decode (%d token%s) streams copies "
+	       "totalling >= 256 MiB%s\n",
+	       (long long)rows, (long long)cols, threads, best ? "best" : "median", reps, n_dec,
+	       n_dec == 1 ? "" : "s", hot ? " (not with -H)" : "");
 	printf("%-7s %-7s %10s %10s %10s %12s %12s\n", "type", "isa", "dec GB/s", "dec GFLOP",
 	       "dec us", "pp GFLOP/s", "pp tok/s");
 	for (int ti = 0; ti < n_types; ti++) {
@@ -174,31 +195,31 @@ int main(int argc, char **argv)
 			double tdec[1000], tpp[1000];
 			/* decode: every rep goes through all copies once */
 			for (int c = 0; c < copies; c++) /* warm up */
-				moe_matmul(k, pool, dt, W + c * mb, rows, cols, X, cols, 1, Y, rows,
-					   scratch);
+				moe_matmul(k, pool, dt, W + c * mb, rows, cols, X, cols, n_dec, Y,
+					   rows, scratch);
 			for (int r = 0; r < reps; r++) {
-				double t0 = moe_time_now();
+				double t0 = now();
 				for (int c = 0; c < copies; c++)
-					moe_matmul(k, pool, dt, W + c * mb, rows, cols, X, cols, 1,
-						   Y, rows, scratch);
+					moe_matmul(k, pool, dt, W + c * mb, rows, cols, X, cols,
+						   n_dec, Y, rows, scratch);
 				for (int c = 0; hot && c < 99; c++) /* repeat the hot copy */
-					moe_matmul(k, pool, dt, W, rows, cols, X, cols, 1, Y, rows,
-						   scratch);
-				tdec[r] = (moe_time_now() - t0) / (hot ? 100 : copies);
+					moe_matmul(k, pool, dt, W, rows, cols, X, cols, n_dec, Y,
+						   rows, scratch);
+				tdec[r] = (now() - t0) / (hot ? 100 : copies);
 			}
 			double dec = median(tdec, reps);
 			int pp_reps = isa == 0 ? 1 : reps;
 			for (int r = 0; r < pp_reps; r++) {
-				double t0 = moe_time_now();
+				double t0 = now();
 				moe_matmul(k, pool, dt, W, rows, cols, X, cols, n_prefill, Y, rows,
 					   scratch);
-				tpp[r] = moe_time_now() - t0;
+				tpp[r] = now() - t0;
 			}
 			double pp = median(tpp, pp_reps);
-			double flop = 2.0 * rows * cols;
+			double flop = 2.0 * rows * cols * n_dec;
 			printf("%-7s %-7s %10.2f %10.2f %10.1f %12.1f %12.1f\n", tr->name,
 			       moe_isa_name((moe_isa)isa), mb / dec / 1e9, flop / dec / 1e9,
-			       dec * 1e6, flop * n_prefill / pp / 1e9, n_prefill / pp);
+			       dec * 1e6, flop / n_dec * n_prefill / pp / 1e9, n_prefill / pp);
 			fflush(stdout);
 		}
 		free(W);
