@@ -162,10 +162,11 @@ typedef enum {
 /* Features of this CPU (cpuid + OS support via xgetbv) minus those named
  * in MOE_CPU_DISABLE, cached. */
 unsigned moe_cpu_features(void);
-/* The ISA level to use: the best the CPU supports (moe_cpu_isa_for), or
- * the one the environment variable
- * MOE_ISA=generic|avx2|avxvnni|avx512|avx512bf16 names if the CPU supports it
- * (otherwise the best, with a warning). Cached after the first call. */
+/* The ISA level to use: the best the CPU supports (moe_cpu_isa_for) among
+ * the levels this build has (moe_isa_built), or the one the environment
+ * variable MOE_ISA=generic|avx2|avxvnni|avx512|avx512bf16 names if it is
+ * built and the CPU supports it (otherwise the best, with a warning that
+ * says which). Cached after the first call. */
 moe_isa moe_cpu_isa(void);
 const char *moe_isa_name(moe_isa isa);
 /* Space-separated feature names, e.g. "avx2 fma f16c avx512f". */
@@ -189,6 +190,11 @@ const moe_isa_info *moe_isa_info_get(moe_isa isa);
  * descends from it, so among levels on different branches (avx512 and
  * avxvnni, both children of avx2) the one listed first is preferred. */
 moe_isa moe_cpu_isa_for(unsigned features);
+/* Whether this build has the level's kernels: configure leaves out a level
+ * whose flags or intrinsics the compiler lacks (and the levels below it),
+ * and every SIMD level on hosts other than x86.  moe_cpu_isa_for() ignores
+ * this (it is the rule for a CPU); moe_cpu_isa() offers built levels only. */
+bool moe_isa_built(moe_isa isa);
 /* Feature bits named in a list such as "avx512bf16,avx512vnni" (unknown
  * names are ignored; NULL gives 0).  moe_cpu_features() leaves out the ones
  * named by the environment variable MOE_CPU_DISABLE, so tests can simulate

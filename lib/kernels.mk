@@ -3,9 +3,10 @@
 # time), matmul.
 noinst_HEADERS += lib/kernels.h lib/kernels/kernels_int.h lib/kernels/avx2_body.h
 lib_libmoecore_a_SOURCES += lib/kernels/kernels.c lib/kernels/generic.c lib/kernels/matmul.c
-# Products over the repacked (row-interleaved) layouts, one file per level.
+# Products over the repacked (row-interleaved) layouts, one file per level
+# around one loop (repack_loop.h).
 lib_libmoecore_a_SOURCES += lib/kernels/repack_generic.c
-noinst_HEADERS += lib/kernels/repack_x86.h
+noinst_HEADERS += lib/kernels/repack_loop.h lib/kernels/repack_x86.h
 # The attention tile: one body (attn_tile.h) compiled once per level.
 noinst_HEADERS += lib/kernels/attn_tile.h
 lib_libmoecore_a_SOURCES += lib/kernels/attn_generic.c
@@ -14,31 +15,40 @@ lib_libmoecore_a_SOURCES += lib/kernels/attn_generic.c
 # a convenience library with the ISA's CFLAGS, and their objects are added to
 # libmoecore.a directly (LIBADD of a static library takes objects).  Only
 # kernels.c calls into them, after checking the CPU has every feature the
-# file is compiled with (lib/core/cpu.c's level table).  x86 hosts only.
-if MOE_X86_KERNELS
-noinst_LIBRARIES += lib/libmoe_avx2.a lib/libmoe_avxvnni.a lib/libmoe_avx512.a \
-	lib/libmoe_avx512bf16.a
-lib_libmoe_avx2_a_SOURCES = lib/kernels/avx2.c lib/kernels/attn_avx2.c lib/kernels/repack_avx2.c
+# file is compiled with (lib/core/cpu.c's level table).  x86 hosts only, and
+# only the levels whose flags the compiler takes (configure.ac).
 # No contraction of a * b + c into fma behind the code's back: which
 # products are fused is part of the fixed reduction order that makes
 # results batch-invariant, so the kernels say it explicitly.
+if MOE_KERNELS_AVX2
+noinst_LIBRARIES += lib/libmoe_avx2.a
+lib_libmoe_avx2_a_SOURCES = lib/kernels/avx2.c lib/kernels/attn_avx2.c lib/kernels/repack_avx2.c
 lib_libmoe_avx2_a_CFLAGS = $(AM_CFLAGS) $(AVX2_CFLAGS) -ffp-contract=off
+lib_libmoecore_a_LIBADD += lib/kernels/libmoe_avx2_a-avx2.$(OBJEXT) \
+	lib/kernels/libmoe_avx2_a-attn_avx2.$(OBJEXT) \
+	lib/kernels/libmoe_avx2_a-repack_avx2.$(OBJEXT)
+endif
 # The same kernel body (avx2_body.h) with vpdpbusd as its dot product step.
+if MOE_KERNELS_AVXVNNI
+noinst_LIBRARIES += lib/libmoe_avxvnni.a
 lib_libmoe_avxvnni_a_SOURCES = lib/kernels/avxvnni.c
 lib_libmoe_avxvnni_a_CFLAGS = $(AM_CFLAGS) $(AVXVNNI_CFLAGS) -ffp-contract=off
+lib_libmoecore_a_LIBADD += lib/kernels/libmoe_avxvnni_a-avxvnni.$(OBJEXT)
+endif
+if MOE_KERNELS_AVX512
+noinst_LIBRARIES += lib/libmoe_avx512.a
 lib_libmoe_avx512_a_SOURCES = lib/kernels/avx512.c lib/kernels/attn_avx512.c \
 	lib/kernels/repack_avx512.c
 lib_libmoe_avx512_a_CFLAGS = $(AM_CFLAGS) $(AVX512_CFLAGS) -ffp-contract=off
+lib_libmoecore_a_LIBADD += lib/kernels/libmoe_avx512_a-avx512.$(OBJEXT) \
+	lib/kernels/libmoe_avx512_a-attn_avx512.$(OBJEXT) \
+	lib/kernels/libmoe_avx512_a-repack_avx512.$(OBJEXT)
+endif
+if MOE_KERNELS_AVX512BF16
+noinst_LIBRARIES += lib/libmoe_avx512bf16.a
 lib_libmoe_avx512bf16_a_SOURCES = lib/kernels/avx512bf16.c
 lib_libmoe_avx512bf16_a_CFLAGS = $(AM_CFLAGS) $(AVX512BF16_CFLAGS) -ffp-contract=off
-lib_libmoecore_a_LIBADD += lib/kernels/libmoe_avx2_a-avx2.$(OBJEXT) \
-	lib/kernels/libmoe_avx2_a-attn_avx2.$(OBJEXT) \
-	lib/kernels/libmoe_avxvnni_a-avxvnni.$(OBJEXT) \
-	lib/kernels/libmoe_avx512_a-avx512.$(OBJEXT) \
-	lib/kernels/libmoe_avx512_a-attn_avx512.$(OBJEXT) \
-	lib/kernels/libmoe_avx2_a-repack_avx2.$(OBJEXT) \
-	lib/kernels/libmoe_avx512_a-repack_avx512.$(OBJEXT) \
-	lib/kernels/libmoe_avx512bf16_a-avx512bf16.$(OBJEXT)
+lib_libmoecore_a_LIBADD += lib/kernels/libmoe_avx512bf16_a-avx512bf16.$(OBJEXT)
 endif
 EXTRA_DIST += lib/kernels/avx2.c lib/kernels/avx512.c lib/kernels/attn_avx2.c \
 	lib/kernels/attn_avx512.c lib/kernels/avxvnni.c lib/kernels/repack_avx2.c \

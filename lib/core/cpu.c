@@ -172,13 +172,37 @@ unsigned moe_cpu_features(void)
 	return (unsigned)cached_features;
 }
 
-moe_isa moe_cpu_isa_for(unsigned f)
+bool moe_isa_built(moe_isa isa)
+{
+	switch (isa) {
+	case MOE_ISA_GENERIC:
+		return true;
+	case MOE_ISA_AVX2:
+		return MOE_KERNELS_AVX2;
+	case MOE_ISA_AVXVNNI:
+		return MOE_KERNELS_AVXVNNI;
+	case MOE_ISA_AVX512:
+		return MOE_KERNELS_AVX512;
+	case MOE_ISA_AVX512BF16:
+		return MOE_KERNELS_AVX512BF16;
+	default:
+		return false;
+	}
+}
+
+/* The best usable level (among the built ones only, if built_only). */
+static moe_isa best_for(unsigned f, bool built_only)
 {
 	int best = MOE_ISA_GENERIC;
 	for (int i = 1; i < N_LEVELS; i++)
-		if (usable(i, f) && descends(i, best))
+		if (usable(i, f) && descends(i, best) && (!built_only || moe_isa_built((moe_isa)i)))
 			best = i;
 	return (moe_isa)best;
+}
+
+moe_isa moe_cpu_isa_for(unsigned f)
+{
+	return best_for(f, false);
 }
 
 moe_isa moe_cpu_isa(void)
@@ -186,7 +210,7 @@ moe_isa moe_cpu_isa(void)
 	if (cached_isa >= 0)
 		return (moe_isa)cached_isa;
 	unsigned f = moe_cpu_features();
-	moe_isa best = moe_cpu_isa_for(f), isa = best;
+	moe_isa best = best_for(f, true), isa = best;
 	const char *req = getenv("MOE_ISA");
 	if (req && *req) {
 		int want = -1;
@@ -198,6 +222,11 @@ moe_isa moe_cpu_isa(void)
 				"MOE_ISA=%s not recognised (generic, avx2, avxvnni, avx512, "
 				"avx512bf16); using %s",
 				req, moe_isa_name(best));
+		else if (!moe_isa_built((moe_isa)want))
+			moe_log(MOE_LOG_WARN,
+				"MOE_ISA=%s: this build has no %s kernels (the compiler did not "
+				"take their flags at configure time); using %s",
+				req, moe_isa_name((moe_isa)want), moe_isa_name(best));
 		else if (!usable(want, f))
 			moe_log(MOE_LOG_WARN, "MOE_ISA=%s not supported by this CPU; using %s", req,
 				moe_isa_name(best));

@@ -120,11 +120,14 @@ int moe_out_open(moe_out *o, const char *path, moe_error *e)
 	return 0;
 }
 
-int moe_out_write(moe_out *o, const void *buf, size_t n, moe_error *e)
+/* All n bytes at *at (pwrite) or at the file position (write), retrying
+ * short writes and EINTR; *at advances by what was written. */
+static int write_all(moe_out *o, const void *buf, size_t n, bool positioned, uint64_t *at,
+		     moe_error *e)
 {
 	const char *p = buf;
 	while (n > 0) {
-		ssize_t w = write(o->fd, p, n);
+		ssize_t w = positioned ? pwrite(o->fd, p, n, (off_t)*at) : write(o->fd, p, n);
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
@@ -132,9 +135,14 @@ int moe_out_write(moe_out *o, const void *buf, size_t n, moe_error *e)
 		}
 		p += w;
 		n -= (size_t)w;
-		o->pos += (uint64_t)w;
+		*at += (uint64_t)w;
 	}
 	return 0;
+}
+
+int moe_out_write(moe_out *o, const void *buf, size_t n, moe_error *e)
+{
+	return write_all(o, buf, n, false, &o->pos, e);
 }
 
 int moe_out_pad(moe_out *o, uint64_t align, moe_error *e)
@@ -154,19 +162,7 @@ int moe_out_pwrite(moe_out *o, uint64_t off, const void *buf, size_t n, moe_erro
 {
 	if (!o->seekable)
 		return moe_err(e, MOE_EINTERNAL, "%s: output is not seekable", o->path);
-	const char *p = buf;
-	while (n > 0) {
-		ssize_t w = pwrite(o->fd, p, n, (off_t)off);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return moe_err(e, MOE_EIO, "%s: write failed: %s", o->path, strerror(errno));
-		}
-		p += w;
-		n -= (size_t)w;
-		off += (uint64_t)w;
-	}
-	return 0;
+	return write_all(o, buf, n, true, &off, e);
 }
 
 int moe_out_commit(moe_out *o, moe_error *e)

@@ -17,28 +17,39 @@ static bool table_ok[MOE_ISA_COUNT];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 /* Each level's fill function, run on a copy of its parent's table (NULL:
- * not built for this host). */
+ * not built: not an x86 host, or the compiler lacks the level's flags;
+ * configure.ac). */
 static void (*const fill[MOE_ISA_COUNT])(moe_kernels *) = {
 	[MOE_ISA_GENERIC] = moe_kernels_fill_generic,
-#if MOE_X86_KERNELS
+#if MOE_KERNELS_AVX2
 	[MOE_ISA_AVX2] = moe_kernels_fill_avx2,
+#endif
+#if MOE_KERNELS_AVX512
 	[MOE_ISA_AVX512] = moe_kernels_fill_avx512,
+#endif
+#if MOE_KERNELS_AVXVNNI
 	[MOE_ISA_AVXVNNI] = moe_kernels_fill_avxvnni,
+#endif
+#if MOE_KERNELS_AVX512BF16
 	[MOE_ISA_AVX512BF16] = moe_kernels_fill_avx512bf16,
 #endif
 };
 
 /* The repacked-layout kernels of each level (repack_*.c), added after
  * the level's own.  AVX-VNNI runs AVX2's float sequence (avx2_body.h), so
- * it takes AVX2's. */
+ * it takes AVX2's (configure builds avxvnni only with avx2). */
 static void (*const fill_repack[MOE_ISA_COUNT])(moe_kernels *) = {
 	[MOE_ISA_GENERIC] = moe_repack_fill_generic,
-#if MOE_X86_KERNELS
+#if MOE_KERNELS_AVX2
 	[MOE_ISA_AVX2] = moe_repack_fill_avx2,
-	[MOE_ISA_AVX512] = moe_repack_fill_avx512,
-	[MOE_ISA_AVXVNNI] = moe_repack_fill_avx2,
-	/* avx512bf16: none of its own; its copy of avx512's table has them */
 #endif
+#if MOE_KERNELS_AVX512
+	[MOE_ISA_AVX512] = moe_repack_fill_avx512,
+#endif
+#if MOE_KERNELS_AVXVNNI
+	[MOE_ISA_AVXVNNI] = moe_repack_fill_avx2,
+#endif
+	/* avx512bf16: none of its own; its copy of avx512's table has them */
 };
 
 static void build_tables(void)

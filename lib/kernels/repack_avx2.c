@@ -20,43 +20,31 @@ INLINE float hsum8(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-static void q8_0_r4_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
-			 size_t ldx, float *s, size_t lds)
+INLINE void q8_0_r4_tile(const moe_block_q8_0x4 *g, const moe_block_q8_0 *y, int64_t nb,
+			 float out[4])
 {
-	const int64_t nb = n / MOE_QK;
-
-	for (int r = 0; r + 4 <= nr; r += 4) {
-		const moe_block_q8_0x4 *g = (const void *)((const uint8_t *)w + (size_t)r * ldw);
-		for (int t = 0; t < nt; t++) {
-			const moe_block_q8_0 *y = (const void *)((const uint8_t *)x + (size_t)t * ldx);
-			__m256 P[4];
-			for (int i = 0; i < 4; i++)
-				P[i] = _mm256_setzero_ps();
-			for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-				const int nv = nb - b0 < 8 ? (int)(nb - b0) : 8;
-				uint16_t h[8];
-				rp_act_scales(y, b0, nv, h, 8);
-				const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const void *)h));
-				for (int i = 0; i < 4; i++) {
-					rp_row_scales(g, i, b0, nv, h, 8);
-					__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const void *)h));
-					__m256i S = rp_q8_0_sums8(g, i, y, b0, nv);
-					P[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(dw, dx),
-							       P[i]);
-				}
-			}
-			for (int i = 0; i < 4; i++)
-				s[(size_t)t * lds + (size_t)r + i] = hsum8(P[i]);
+	__m256 P[4];
+	for (int i = 0; i < 4; i++)
+		P[i] = _mm256_setzero_ps();
+	for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+		const int nv = nb - b0 < 8 ? (int)(nb - b0) : 8;
+		uint16_t h[8];
+		rp_act_scales(y, b0, nv, h, 8);
+		const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const void *)h));
+		for (int i = 0; i < 4; i++) {
+			rp_row_scales(g, i, b0, nv, h, 8);
+			__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const void *)h));
+			__m256i S = rp_q8_0_sums8(g, i, y, b0, nv);
+			P[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(dw, dx), P[i]);
 		}
 	}
+	for (int i = 0; i < 4; i++)
+		out[i] = hsum8(P[i]);
 }
+MOE_REPACK_R4_GEMM(q8_0_r4_gemm, moe_block_q8_0x4, moe_block_q8_0, MOE_QK, q8_0_r4_tile)
 
 /* Q4_K: the K-quant order ("the K-quant reduction order" in avx2.c). */
-static void q4_k_r4_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
-			 size_t ldx, float *s, size_t lds)
-{
-	rp_q4_k_r4_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
-}
+MOE_REPACK_R4_GEMM(q4_k_r4_gemm, moe_block_q4_kx4, moe_block_q8_k, MOE_QK_K, rp_q4_k_r4_tile)
 
 void moe_repack_fill_avx2(moe_kernels *k)
 {

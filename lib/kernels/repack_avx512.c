@@ -22,47 +22,34 @@ INLINE float hsum16(__m512 v)
 	return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
 }
 
-static void q8_0_r4_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
-			 size_t ldx, float *s, size_t lds)
+INLINE void q8_0_r4_tile(const moe_block_q8_0x4 *g, const moe_block_q8_0 *y, int64_t nb,
+			 float out[4])
 {
-	const int64_t nb = n / MOE_QK;
-
-	for (int r = 0; r + 4 <= nr; r += 4) {
-		const moe_block_q8_0x4 *g = (const void *)((const uint8_t *)w + (size_t)r * ldw);
-		for (int t = 0; t < nt; t++) {
-			const moe_block_q8_0 *y = (const void *)((const uint8_t *)x + (size_t)t * ldx);
-			__m512 acc[4];
-			for (int i = 0; i < 4; i++)
-				acc[i] = _mm512_setzero_ps();
-			for (int64_t b0 = 0; b0 < nb; b0 += 16) {
-				const int nv = nb - b0 < 16 ? (int)(nb - b0) : 16;
-				const int nv1 = nv > 8 ? nv - 8 : 0;
-				uint16_t h[16];
-				rp_act_scales(y, b0, nv, h, 16);
-				const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)h));
-				for (int i = 0; i < 4; i++) {
-					rp_row_scales(g, i, b0, nv, h, 16);
-					__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)h));
-					__m256i lo = rp_q8_0_sums8(g, i, y, b0, nv < 8 ? nv : 8);
-					__m256i hi = nv1 ? rp_q8_0_sums8(g, i, y, b0 + 8, nv1)
-							 : _mm256_setzero_si256();
-					__m512i S = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-					acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S),
-								 _mm512_mul_ps(dw, dx), acc[i]);
-				}
-			}
-			for (int i = 0; i < 4; i++)
-				s[(size_t)t * lds + (size_t)r + i] = hsum16(acc[i]);
+	__m512 acc[4];
+	for (int i = 0; i < 4; i++)
+		acc[i] = _mm512_setzero_ps();
+	for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+		const int nv = nb - b0 < 16 ? (int)(nb - b0) : 16;
+		const int nv1 = nv > 8 ? nv - 8 : 0;
+		uint16_t h[16];
+		rp_act_scales(y, b0, nv, h, 16);
+		const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)h));
+		for (int i = 0; i < 4; i++) {
+			rp_row_scales(g, i, b0, nv, h, 16);
+			__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)h));
+			__m256i lo = rp_q8_0_sums8(g, i, y, b0, nv < 8 ? nv : 8);
+			__m256i hi = nv1 ? rp_q8_0_sums8(g, i, y, b0 + 8, nv1) : _mm256_setzero_si256();
+			__m512i S = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+			acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dw, dx), acc[i]);
 		}
 	}
+	for (int i = 0; i < 4; i++)
+		out[i] = hsum16(acc[i]);
 }
+MOE_REPACK_R4_GEMM(q8_0_r4_gemm, moe_block_q8_0x4, moe_block_q8_0, MOE_QK, q8_0_r4_tile)
 
 /* Q4_K: the K-quant order ("the K-quant reduction order" in avx512.c). */
-static void q4_k_r4_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
-			 size_t ldx, float *s, size_t lds)
-{
-	rp_q4_k_r4_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
-}
+MOE_REPACK_R4_GEMM(q4_k_r4_gemm, moe_block_q4_kx4, moe_block_q8_k, MOE_QK_K, rp_q4_k_r4_tile)
 
 void moe_repack_fill_avx512(moe_kernels *k)
 {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/kernels_int.h"
+#include "kernels/repack_loop.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -109,29 +110,20 @@ INLINE float rp_ksb_step(float acc, int32_t isum, int32_t msum, float d, float d
 					   _mm_set_ss(acc)));
 }
 
-/* Products over Q4_K R4 with the K-quant order (both x86 levels). */
-INLINE void rp_q4_k_r4_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
-			    size_t ldx, float *s, size_t lds)
+/* One group by one token over Q4_K R4 with the K-quant order (both x86
+ * levels; the loop around it is repack_loop.h's). */
+INLINE void rp_q4_k_r4_tile(const moe_block_q4_kx4 *g, const moe_block_q8_k *y, int64_t nb,
+			    float acc[4])
 {
-	const int64_t nb = n / MOE_QK_K;
-
-	for (int r = 0; r + 4 <= nr; r += 4) {
-		const moe_block_q4_kx4 *g = (const void *)((const uint8_t *)w + (size_t)r * ldw);
-		for (int t = 0; t < nt; t++) {
-			const moe_block_q8_k *y = (const void *)((const uint8_t *)x + (size_t)t * ldx);
-			float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-			for (int64_t b = 0; b < nb; b++)
-				for (int i = 0; i < 4; i++) {
-					int32_t is, ms;
-					rp_q4_k_sums(&g[b], i, &y[b], &is, &ms);
-					acc[i] = rp_ksb_step(acc[i], is, ms,
-							     moe_f16_to_f32(g[b].d[i]),
-							     moe_f16_to_f32(g[b].dmin[i]), y[b].d);
-				}
-			for (int i = 0; i < 4; i++)
-				s[(size_t)t * lds + (size_t)r + i] = acc[i];
+	for (int i = 0; i < 4; i++)
+		acc[i] = 0.0f;
+	for (int64_t b = 0; b < nb; b++)
+		for (int i = 0; i < 4; i++) {
+			int32_t is, ms;
+			rp_q4_k_sums(&g[b], i, &y[b], &is, &ms);
+			acc[i] = rp_ksb_step(acc[i], is, ms, moe_f16_to_f32(g[b].d[i]),
+					     moe_f16_to_f32(g[b].dmin[i]), y[b].d);
 		}
-	}
 }
 
 #endif

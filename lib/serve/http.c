@@ -271,6 +271,17 @@ static void stream_free(void *cls)
 	free(st);
 }
 
+/* Send a streamed (chunked, uncached) 200 response of this content type. */
+static enum MHD_Result queue_stream(http_req *r, struct MHD_Response *resp, const char *type)
+{
+	MHD_add_response_header(resp, "Content-Type", type);
+	MHD_add_response_header(resp, "Cache-Control", "no-cache");
+	add_common(r, resp);
+	enum MHD_Result rc = MHD_queue_response(r->conn, 200, resp);
+	MHD_destroy_response(resp);
+	return rc;
+}
+
 enum MHD_Result http_stream(http_req *r, job *j, const char *type, stream_fill_fn fill,
 			    void *ctx, void (*ctx_free)(void *))
 {
@@ -295,12 +306,7 @@ enum MHD_Result http_stream(http_req *r, job *j, const char *type, stream_fill_f
 			ctx_free(ctx);
 		return MHD_NO;
 	}
-	MHD_add_response_header(resp, "Content-Type", type);
-	MHD_add_response_header(resp, "Cache-Control", "no-cache");
-	add_common(r, resp);
-	enum MHD_Result rc = MHD_queue_response(r->conn, 200, resp);
-	MHD_destroy_response(resp);
-	return rc;
+	return queue_stream(r, resp, type);
 }
 
 enum MHD_Result http_stream_cb(http_req *r, const char *type, MHD_ContentReaderCallback read,
@@ -312,12 +318,7 @@ enum MHD_Result http_stream_cb(http_req *r, const char *type, MHD_ContentReaderC
 		free_cls(cls);
 		return MHD_NO;
 	}
-	MHD_add_response_header(resp, "Content-Type", type);
-	MHD_add_response_header(resp, "Cache-Control", "no-cache");
-	add_common(r, resp);
-	enum MHD_Result rc = MHD_queue_response(r->conn, 200, resp);
-	MHD_destroy_response(resp);
-	return rc;
+	return queue_stream(r, resp, type);
 }
 
 /* ------------------------------------------------------- request checks */

@@ -26,6 +26,8 @@
 #include <strings.h>
 
 #include "kernels.h"
+#define TEST_RNG_SEED 88172645463325252ull
+#include "testrand.h"
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -52,16 +54,6 @@ static double median(double *v, int n)
 	if (use_best)
 		return v[0];
 	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static uint64_t rng = 88172645463325252ull;
-
-static float frand(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (float)((int32_t)(rng >> 32) / 2147483648.0);
 }
 
 /* Types without a reference quantiser: random bytes with the f16 scales

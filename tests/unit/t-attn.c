@@ -31,19 +31,10 @@
 #include "quant.h"
 #include "quant/blocks.h"
 #include "tap.h"
+#include "testrand.h"
 
 #define TOL_REF 1e-6
 #define TOL_SIMD 1e-6
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-
-static float frand(void) /* [-1, 1) */
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (float)((int32_t)(uint32_t)(rng >> 16) / 2147483648.0);
-}
 
 typedef struct {
 	int kv_type, hd, hkv, group, bt, n_pos, n_blocks;

@@ -13,26 +13,19 @@
 #include "quant.h"
 #include "quant/blocks.h"
 #include "tap.h"
+#include "testrand.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
-}
 static float unif(void)
 {
-	return (rnd() + 0.5f) / 4294967296.0f * 65536.0f;
+	return (rnd32() + 0.5f) / 4294967296.0f * 65536.0f;
 }
 static float gauss(void)
 {
-	float u = (rnd() % 65535 + 1) / 65536.0f, v = (rnd() % 65536) / 65536.0f;
+	float u = (rnd32() % 65535 + 1) / 65536.0f, v = (rnd32() % 65536) / 65536.0f;
 	return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
 }
 
@@ -55,13 +48,13 @@ static void random_block(int type, uint8_t *b)
 {
 	const moe_type_traits *t = moe_type_get(type);
 	for (uint32_t i = 0; i < t->type_size; i++)
-		b[i] = (uint8_t)rnd();
-	float d = 0.001f * (1 + rnd() % 1000);
+		b[i] = (uint8_t)rnd32();
+	float d = 0.001f * (1 + rnd32() % 1000);
 	switch (type) {
 	case MOE_Q4_0: case MOE_IQ4_NL: {
 		moe_block_q4_0 *q = (void *)b;
 		q->d = f16_of(d);
-		q->qs[rnd() % 16] &= 0xF0; /* code 0: -8 d / -127 d, the extreme */
+		q->qs[rnd32() % 16] &= 0xF0; /* code 0: -8 d / -127 d, the extreme */
 		break;
 	}
 	case MOE_Q5_0: {
@@ -74,7 +67,7 @@ static void random_block(int type, uint8_t *b)
 	case MOE_Q4_1: case MOE_Q5_1: {
 		moe_block_q4_1 *q = (void *)b;
 		q->d = f16_of(d);
-		q->m = f16_of(-0.001f * (rnd() % 1000));
+		q->m = f16_of(-0.001f * (rnd32() % 1000));
 		if (type == MOE_Q4_1) {
 			q->qs[1] = (uint8_t)((q->qs[1] & 0xF0) | 0x0);
 			q->qs[2] = (uint8_t)((q->qs[2] & 0xF0) | 0xF);
@@ -93,21 +86,21 @@ static void random_block(int type, uint8_t *b)
 		for (int j = 0; j < 32; j++)
 			if (q->qs[j] == -128)
 				q->qs[j] = -127;
-		q->qs[rnd() % 32] = 127;
+		q->qs[rnd32() % 32] = 127;
 		break;
 	}
 	case MOE_MXFP4: {
 		moe_block_mxfp4 *q = (void *)b;
-		q->e = (uint8_t)(100 + rnd() % 50);
-		q->qs[rnd() % 16] |= 0x0F; /* -12: the top binade */
+		q->e = (uint8_t)(100 + rnd32() % 50);
+		q->qs[rnd32() % 16] |= 0x0F; /* -12: the top binade */
 		break;
 	}
 	case MOE_Q2_K: {
 		moe_block_q2_k *q = (void *)b;
 		q->d = f16_of(d);
-		q->dmin = f16_of(0.001f * (1 + rnd() % 1000));
+		q->dmin = f16_of(0.001f * (1 + rnd32() % 1000));
 		for (int g = 0; g < 16; g++) {
-			int sc = 1 + rnd() % 15, m = rnd() % 16;
+			int sc = 1 + rnd32() % 15, m = rnd32() % 16;
 			if (g == 5)
 				sc = 15, m = 15;
 			q->scales[g] = (uint8_t)(sc | m << 4);
@@ -125,12 +118,12 @@ static void random_block(int type, uint8_t *b)
 		/* d, dmin first in both; scales after */
 		moe_block_q4_k *q = (void *)b;
 		q->d = f16_of(d);
-		q->dmin = f16_of(0.001f * (1 + rnd() % 1000));
+		q->dmin = f16_of(0.001f * (1 + rnd32() % 1000));
 		uint8_t *s = q->scales;
 		int sc[8], m[8];
 		for (int g = 0; g < 8; g++) {
-			sc[g] = 1 + rnd() % 63;
-			m[g] = rnd() % 64;
+			sc[g] = 1 + rnd32() % 63;
+			m[g] = rnd32() % 64;
 		}
 		sc[2] = 63, m[6] = 63;
 		memset(s, 0, 12);
@@ -166,7 +159,7 @@ static void random_block(int type, uint8_t *b)
 		 * its first element and 3 at its second. */
 		int v[16];
 		for (int g = 0; g < 16; g++)
-			v[g] = 32 + 1 + rnd() % 31;
+			v[g] = 32 + 1 + rnd32() % 31;
 		v[9] = 0;
 		memset(q->scales, 0, 12);
 		for (int g = 0; g < 16; g++) {
@@ -192,7 +185,7 @@ static void random_block(int type, uint8_t *b)
 		moe_block_q6_k *q = (void *)b;
 		q->d = f16_of(d);
 		for (int g = 0; g < 16; g++)
-			q->scales[g] = (int8_t)(1 + rnd() % 127);
+			q->scales[g] = (int8_t)(1 + rnd32() % 127);
 		q->scales[4] = 127;
 		/* element 16g: low nibble of ql[64h + 32(k%2) + l]... set its
 		 * 6-bit code to 0 (-32): clear the nibble and the 2 high bits */

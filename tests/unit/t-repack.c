@@ -17,20 +17,10 @@
 #include "quant.h"
 #include "quant/blocks.h"
 #include "tap.h"
+#define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
+#include "testrand.h"
 #include "uth.h"
 
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint32_t rnd32(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
-}
-static float frand(void) /* [-1, 1) */
-{
-	return (float)((double)rnd32() / 2147483648.0 - 1.0);
-}
 
 static size_t row_bytes(int dt, int64_t cols)
 {
