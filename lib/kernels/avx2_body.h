@@ -763,8 +763,42 @@ INLINE void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ld
 						_mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(dh),
 										 _mm256_extracti128_si256(dh, 1))));
 			}
+			if (kind == KQ2_Q6_K) {
+				/* The 16 signed scales as 32-bit lanes (groups 0-7,
+				 * 8-15) and, times -32, as 16-bit pairs. */
+				__m256i hi[8], mm[8];
+				float d[8];
+				MOE_UNROLL2 for (int r = 0; r < 8; r++) {
+					v[r] = hi[r] = mm[r] = _mm256_setzero_si256();
+					d[r] = 0.0f;
+					if (r >= rh)
+						continue;
+					const moe_block_q6_k *q = (const void *)(wh + r * ldw);
+					const __m128i sc = _mm_loadu_si128((const void *)q->scales);
+					v[r] = _mm256_cvtepi8_epi32(sc);
+					hi[r] = _mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8));
+					mm[r] = _mm256_sub_epi16(_mm256_setzero_si256(),
+								 _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc), 5));
+					d[r] = _cvtsh_ss(q->d);
+				}
+				transpose8(v);
+				transpose8(hi);
+				transpose8(mm);
+				const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+				MOE_UNROLL2 for (int g = 0; g < 8; g++) {
+					_mm256_store_si256((void *)(pk->sc[sb][g] + 8 * hv),
+							   _mm256_or_si256(_mm256_and_si256(v[g], lo16),
+									   _mm256_slli_epi32(v[g], 16)));
+					_mm256_store_si256((void *)(pk->sc[sb][8 + g] + 8 * hv),
+							   _mm256_or_si256(_mm256_and_si256(hi[g], lo16),
+									   _mm256_slli_epi32(hi[g], 16)));
+					_mm256_store_si256((void *)(pk->mm[sb][g] + 8 * hv), mm[g]);
+				}
+				_mm256_store_ps(pk->d[sb] + 8 * hv, _mm256_loadu_ps(d));
+				_mm256_store_ps(pk->dmin[sb] + 8 * hv, _mm256_setzero_ps());
+			}
 		}
-		for (int r = 0; kind != KQ2_Q4_K && kind != KQ2_Q5_K && r < KR2; r++) {
+		for (int r = 0; (kind == KQ2_Q2_K || kind == KQ2_Q3_K) && r < KR2; r++) {
 			const uint8_t *b = w + r * ldw + (i0 + sb) * bsz;
 			if (r >= rows) {
 				for (int g = 0; g < 16; g++)
@@ -774,38 +808,26 @@ INLINE void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ld
 				pk->d[sb][r] = pk->dmin[sb][r] = 0.0f;
 				continue;
 			}
-			if (kind == KQ2_Q2_K || kind == KQ2_Q3_K) {
-				const int three = kind == KQ2_Q3_K;
-				int16_t sc[16], mn[16];
-				for (int g = 0; g < 16; g++) {
-					if (three) {
-						sc[g] = (int16_t)(moe_k3_scale(
-							b + offsetof(moe_block_q3_k, scales), g) - 32);
-						mn[g] = (int16_t)(-4 * sc[g]);
-					} else {
-						sc[g] = (int16_t)(b[g] & 0x0F);
-						mn[g] = (int16_t)(b[g] >> 4);
-					}
-					pk->sc[sb][g][r] = (int32_t)((uint32_t)(uint16_t)sc[g] * 0x10001u);
+			/* Q2_K, Q3_K: scalar (rare types). */
+			const int three = kind == KQ2_Q3_K;
+			int16_t sc[16], mn[16];
+			for (int g = 0; g < 16; g++) {
+				if (three) {
+					sc[g] = (int16_t)(moe_k3_scale(b + offsetof(moe_block_q3_k, scales), g) -
+							  32);
+					mn[g] = (int16_t)(-4 * sc[g]);
+				} else {
+					sc[g] = (int16_t)(b[g] & 0x0F);
+					mn[g] = (int16_t)(b[g] >> 4);
 				}
-				for (int j = 0; j < 8; j++)
-					pk->mm[sb][j][r] = (int32_t)((uint32_t)(uint16_t)mn[2 * j] |
-								     (uint32_t)(uint16_t)mn[2 * j + 1] << 16);
-				pk->d[sb][r] = h2f(b + (three ? offsetof(moe_block_q3_k, d)
-							      : offsetof(moe_block_q2_k, d)));
-				pk->dmin[sb][r] = three ? 0.0f : h2f(b + offsetof(moe_block_q2_k, dmin));
-			} else {
-				const moe_block_q6_k *q = (const void *)b;
-				for (int g = 0; g < 16; g++)
-					pk->sc[sb][g][r] = (int32_t)((uint32_t)(uint16_t)q->scales[g] *
-								     0x10001u);
-				for (int j = 0; j < 8; j++)
-					pk->mm[sb][j][r] =
-						(int32_t)((uint32_t)(uint16_t)(-32 * q->scales[2 * j]) |
-							  (uint32_t)(uint16_t)(-32 * q->scales[2 * j + 1]) << 16);
-				pk->d[sb][r] = _cvtsh_ss(q->d);
-				pk->dmin[sb][r] = 0.0f;
+				pk->sc[sb][g][r] = (int32_t)((uint32_t)(uint16_t)sc[g] * 0x10001u);
 			}
+			for (int j = 0; j < 8; j++)
+				pk->mm[sb][j][r] = (int32_t)((uint32_t)(uint16_t)mn[2 * j] |
+							     (uint32_t)(uint16_t)mn[2 * j + 1] << 16);
+			pk->d[sb][r] = h2f(b + (three ? offsetof(moe_block_q3_k, d)
+						      : offsetof(moe_block_q2_k, d)));
+			pk->dmin[sb][r] = three ? 0.0f : h2f(b + offsetof(moe_block_q2_k, dmin));
 		}
 	}
 }
@@ -908,13 +930,21 @@ INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, i
 			float dy;
 			memcpy(&dy, y + offsetof(moe_block_q8_k, d), 4);
 			MOE_UNROLL2 for (int v = 0; v < 2; v++) {
-				__m256i ms = _mm256_setzero_si256();
-				for (int j = 0; j < (k45 ? 4 : 8); j++) {
-					const __m256i mm =
-						_mm256_load_si256((const void *)(pk->mm[sb][j] + 8 * v));
-					ms = _mm256_add_epi32(ms, _mm256_madd_epi16(
-									  mm, _mm256_set1_epi32(bp[j])));
-				}
+				/* (Unrolled, summed as a tree: exact integers.) */
+				__m256i pr[8];
+				MOE_UNROLL2 for (int j = 0; j < 8; j++)
+					pr[j] = j < 4 || !k45
+							? _mm256_madd_epi16(
+								  _mm256_load_si256(
+									  (const void *)(pk->mm[sb][j] + 8 * v)),
+								  _mm256_set1_epi32(bp[j]))
+							: _mm256_setzero_si256();
+				__m256i ms = _mm256_add_epi32(_mm256_add_epi32(pr[0], pr[1]),
+							      _mm256_add_epi32(pr[2], pr[3]));
+				if (!k45)
+					ms = _mm256_add_epi32(ms, _mm256_add_epi32(
+									  _mm256_add_epi32(pr[4], pr[5]),
+									  _mm256_add_epi32(pr[6], pr[7])));
 				__m256i isum = is[v][t];
 				if (kind == KQ2_Q6_K || kind == KQ2_Q3_K) {
 					isum = _mm256_add_epi32(isum, ms);

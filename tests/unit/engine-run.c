@@ -148,6 +148,7 @@ static void on_product(void *user, const moe_matmul_obs *o)
 		free(t->q);
 		t->q = malloc((size_t)rb);
 		t->q_cap = t->q ? (size_t)rb : 0;
+		t->bad |= !t->q;
 	}
 	size_t nl = strlen(o->w->name ? o->w->name : "");
 	put_u32(t, 1);

@@ -369,9 +369,10 @@ static void test_gemm(void)
 {
 	/* Row lengths in blocks: the 32-element kernels go four blocks at a
 	 * time in runs of 16, so 1, 2, 3 and 35 (two runs and three) cover
-	 * every partial step, 18 a run and two; K-quants: one super-block and
-	 * nine (more than one unpacked chunk of the prefill GEMM). */
-	static const int64_t b32_blocks[] = {1, 2, 3, 18, 35}, kq_blocks[] = {1, 9};
+	 * every partial step, 18 a run and two; 7 and 13 end a run inside its
+	 * second and fourth quad; K-quants: one super-block and nine (more
+	 * than one unpacked chunk of the prefill GEMM). */
+	static const int64_t b32_blocks[] = {1, 2, 3, 7, 13, 18, 35}, kq_blocks[] = {1, 9};
 	for (int k = 0; k < n_tables; k++) {
 		for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
 			const int dt = weight_types[ti];
@@ -383,7 +384,7 @@ static void test_gemm(void)
 				continue;
 			}
 			const int64_t *nbl = bs == MOE_QK_K ? kq_blocks : b32_blocks;
-			const size_t count = bs == MOE_QK_K ? 2 : 5;
+			const size_t count = bs == MOE_QK_K ? 2 : 7;
 			for (size_t i = 0; i < count; i++)
 				gemm_case(tables[k], dt, nbl[i] * bs);
 		}
