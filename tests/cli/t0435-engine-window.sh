@@ -63,11 +63,15 @@ for type in f32 mxfp4; do
 	done
 	# the reference: greedy ids and last prompt logits (vs_engine.py, two
 	# lines), then every step's logits
-	head -n 2 "$T/$name.b4.win" >"$T/$name.vs"
+	# (with the tape of the engine's rounding decisions, which vs_engine.py
+	# --tapes follows only at ties: a float32 tie may fall either way)
+	ENGINE_RUN_TAPE="$T/$name.vs.tape" "$RUN" "$T/$name.uth" "$PROMPT" $N 0 4 all \
+		>"$T/$name.vs.full" 2>"$T/$name.vs.err"
+	head -n 2 "$T/$name.vs.full" >"$T/$name.vs"
 	set -- kv-f16 2e-4
 	[ $type = mxfp4 ] && set -- act-quant,kv-f16 1e-5
 	"$PYTHON3" "$VS" --model "$T/$name.gguf" --tokens "$PROMPT" --emulate "$1" --tol "$2" \
-		"$name=$T/$name.vs" >"$T/$name.vs.out" 2>&1
+		--tapes "$name=$T/$name.vs" >"$T/$name.vs.out" 2>&1
 	st=$?
 	grep -q '^not ok' "$T/$name.vs.out" && st=1
 	ok $st "$name: the reference's greedy continuation and last prompt logits"
