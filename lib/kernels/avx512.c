@@ -156,8 +156,8 @@ INLINE __m512i dot_scaled(__m512i acc, __m512i q, __m512i x, __m512i sc)
  * ran at half the speed of the same kernel on cached weights: the loop body
  * is long, so the out-of-order window reaches only a few hundred bytes
  * ahead, and the hardware prefetchers do not cover the interleaved rows.
- * (16 KiB with the L2 hint measured best on Zen 4; 4 KiB gains little, and
- * prefetching into L1 thrashes it.) */
+ * (16 KiB with the L2 hint measured best on this project's Zen 5, AMD
+ * family 26; 4 KiB gains little, and prefetching into L1 thrashes it.) */
 #ifndef MOE_PF_DIST
 #define MOE_PF_DIST 16384
 #endif
@@ -2309,8 +2309,8 @@ INLINE bool b32_rows_gemm(const int kind, int64_t n, int nr, int nt, const uint8
 /* Tokens from which unpacking the weights pays: it costs about as much as
  * 2.6 blocks' products per block, and the rows-in-lanes products then
  * about 0.15 ns a block against the decode tile's 0.41 (Q4_0), 0.5-0.55
- * (Q4_1, IQ4_NL, MXFP4), 0.7 (Q5_0, Q8_0) on the Zen 4 measured.  Both give
- * the same bits. */
+ * (Q4_1, IQ4_NL, MXFP4), 0.7 (Q5_0, Q8_0) on the Zen 5 (AMD family 26)
+ * measured.  Both give the same bits. */
 INLINE int b32_rows_min_tokens(const int kind)
 {
 	switch (kind) {

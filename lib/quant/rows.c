@@ -18,7 +18,8 @@
  * sigma^2 the mean of x^2 over the 256-element super-block (it keeps small
  * elements from losing all weight).  Measured on the demo model (README,
  * "moe-quant"): KL divergence 10-22% lower at q2_k and q3_k_m than with
- * imp_i (or ones) alone; at q4_k_m the same weighting was 6% worse, so the
+ * imp_i (or ones) alone; at q4_k_m it was worse (KL 0.00237 without and
+ * 0.00230 with the importance matrix, against 0.00199 and 0.00198), so the
  * wider types keep imp_i. */
 #include <math.h>
 #include <stdlib.h>
