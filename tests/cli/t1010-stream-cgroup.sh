@@ -12,6 +12,12 @@
 GEN="$PYTHON3 $top_srcdir/scripts/gen-model"
 RUN="$BIN/moe-run"
 LIMIT=$((64 * 1024 * 1024))
+# A sanitizer build's own memory (shadow, allocator caches per thread) moves
+# the run's peak from 46 MiB to 61-78 MiB, measured at stop 21's main and
+# now: give it 96 MiB, still below the 107 MiB model.
+if ldd "$BIN/moe-run" 2>/dev/null | grep -q libasan; then
+	LIMIT=$((96 * 1024 * 1024))
+fi
 [ "$(id -u)" = 0 ] || skip_all "not root: cannot create a memory cgroup"
 
 # the cgroup v2 mount: /sys/fs/cgroup itself, or the hybrid layout's unified/
