@@ -1244,6 +1244,22 @@ INLINE void float_tile(const int kind, const int T, int64_t n, const uint8_t *w,
 #define FR 3
 #define FT 4
 
+/* One 8-element step of a tile: every row's 8 weights from element i, once,
+ * times every token's 8 activations, into acc. */
+INLINE void float_step_rt(const int kind, const int R, const int T, int64_t i, const uint8_t *w,
+			  size_t ldw, const uint8_t *x, size_t ldx, __m256 acc[FR][FT])
+{
+	const int esz = kind == 0 ? 4 : 2;
+	__m256 wv[FR];
+	MOE_UNROLL2 for (int r = 0; r < R; r++)
+		wv[r] = load_w8(kind, w + r * ldw + i * esz);
+	MOE_UNROLL2 for (int t = 0; t < T; t++) {
+		const __m256 xv = _mm256_loadu_ps((const float *)(x + t * ldx) + i);
+		MOE_UNROLL2 for (int r = 0; r < R; r++)
+			acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+	}
+}
+
 INLINE void float_tile_rt(const int kind, const int R, const int T, int64_t n, const uint8_t *w,
 			  size_t ldw, const uint8_t *x, size_t ldx, float *s, size_t lds)
 {
@@ -1255,26 +1271,10 @@ INLINE void float_tile_rt(const int kind, const int R, const int T, int64_t n, c
 		MOE_UNROLL2 for (int r = 0; r < R; r++)
 			MOE_UNROLL2 for (int t = 0; t < T; t++)
 				acc[r][t] = _mm256_setzero_ps();
-		for (int64_t i = 8 * j; i < n32; i += 32) {
-			__m256 wv[FR];
-			MOE_UNROLL2 for (int r = 0; r < R; r++)
-				wv[r] = load_w8(kind, w + r * ldw + i * esz);
-			MOE_UNROLL2 for (int t = 0; t < T; t++) {
-				const __m256 xv = _mm256_loadu_ps((const float *)(x + t * ldx) + i);
-				MOE_UNROLL2 for (int r = 0; r < R; r++)
-					acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
-			}
-		}
-		for (int64_t i = n32; j == 0 && i < n8; i += 8) {
-			__m256 wv[FR];
-			MOE_UNROLL2 for (int r = 0; r < R; r++)
-				wv[r] = load_w8(kind, w + r * ldw + i * esz);
-			MOE_UNROLL2 for (int t = 0; t < T; t++) {
-				const __m256 xv = _mm256_loadu_ps((const float *)(x + t * ldx) + i);
-				MOE_UNROLL2 for (int r = 0; r < R; r++)
-					acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
-			}
-		}
+		for (int64_t i = 8 * j; i < n32; i += 32)
+			float_step_rt(kind, R, T, i, w, ldw, x, ldx, acc);
+		for (int64_t i = n32; j == 0 && i < n8; i += 8)
+			float_step_rt(kind, R, T, i, w, ldw, x, ldx, acc);
 		MOE_UNROLL2 for (int r = 0; r < R; r++)
 			MOE_UNROLL2 for (int t = 0; t < T; t++)
 				part[j][r][t] = acc[r][t];
