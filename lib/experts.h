@@ -115,6 +115,9 @@ void moe_experts_close(moe_expert_store *s);
 uint64_t moe_experts_fixed_bytes(const moe_model *m);
 /* Bytes of one cache slot (the largest expert, rounded up to 4096). */
 uint64_t moe_experts_slot_bytes(const moe_model *m);
+/* The file bytes of expert x of layer il: its adjacent tensors, from *off
+ * for *len bytes (one read loads it).  -1 when the file tags no tensors so. */
+int moe_experts_span(const moe_model *m, uint32_t il, uint32_t x, uint64_t *off, uint64_t *len);
 /* Total bytes of routed experts. */
 uint64_t moe_experts_total_bytes(const moe_model *m);
 void moe_experts_get_stats(moe_expert_store *s, moe_experts_stats *out);

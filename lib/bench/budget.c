@@ -23,12 +23,10 @@ static size_t expert_reads(const moe_model *m, uint64_t (**out)[2])
 		return 0;
 	for (uint32_t il = 0; il < m->hp.n_layer; il++)
 		for (uint32_t x = 0; m->layers[il].is_moe && x < m->hp.n_expert; x++) {
-			size_t first, count;
-			if (moe_uth_expert(m->file, (uint16_t)il, (uint16_t)x, &first, &count) < 0)
+			uint64_t off, len;
+			if (moe_experts_span(m, il, x, &off, &len) < 0)
 				continue;
-			const moe_uth_tensor *a = &m->file->tensors[first], *z = &a[count - 1];
-			uint64_t len = z->offset + z->size - a->offset;
-			r[n][0] = a->offset;
+			r[n][0] = off;
 			r[n][1] = (len + MOE_UTH_ALIGN - 1) / MOE_UTH_ALIGN * MOE_UTH_ALIGN;
 			n++;
 		}

@@ -137,20 +137,26 @@ static uint64_t round_up(uint64_t x, uint64_t a)
 	return (x + a - 1) / a * a;
 }
 
+int moe_experts_span(const moe_model *m, uint32_t il, uint32_t x, uint64_t *off, uint64_t *len)
+{
+	size_t first, count;
+	if (moe_uth_expert(m->file, (uint16_t)il, (uint16_t)x, &first, &count) < 0)
+		return -1;
+	const moe_uth_tensor *a = &m->file->tensors[first], *z = &a[count - 1];
+	*off = a->offset;
+	*len = z->offset + z->size - a->offset;
+	return 0;
+}
+
 uint64_t moe_experts_slot_bytes(const moe_model *m)
 {
 	uint64_t mx = 0;
 	for (uint32_t il = 0; il < m->hp.n_layer; il++) {
 		const moe_layer *L = &m->layers[il];
-		if (!L->is_moe)
-			continue;
-		for (uint32_t x = 0; x < m->hp.n_expert; x++) {
-			size_t first, count;
-			if (moe_uth_expert(m->file, (uint16_t)il, (uint16_t)x, &first, &count) < 0)
-				continue;
-			const moe_uth_tensor *a = &m->file->tensors[first], *z = &a[count - 1];
-			uint64_t len = z->offset + z->size - a->offset;
-			mx = len > mx ? len : mx;
+		for (uint32_t x = 0; L->is_moe && x < m->hp.n_expert; x++) {
+			uint64_t off, len;
+			if (moe_experts_span(m, il, x, &off, &len) == 0)
+				mx = len > mx ? len : mx;
 		}
 	}
 	return round_up(mx, MOE_UTH_ALIGN);
