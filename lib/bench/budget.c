@@ -74,7 +74,12 @@ typedef struct {
 static int64_t run_probe(const probe *p, double *t, unsigned *depth)
 {
 	struct io_uring ring;
-	bool uring = p->depth > 1 && io_uring_queue_init(p->depth, &ring, 0) == 0;
+	/* the buffers no read is filling (reads complete in any order) */
+	unsigned *free_buf = p->depth > 1 ? malloc(p->depth * sizeof *free_buf) : NULL;
+	unsigned n_free = p->depth;
+	for (unsigned b = 0; free_buf && b < p->depth; b++)
+		free_buf[b] = b;
+	bool uring = free_buf && io_uring_queue_init(p->depth, &ring, 0) == 0;
 	uint64_t done = 0, issued = 0;
 	size_t next = 0;
 	unsigned inflight = 0;
@@ -83,19 +88,22 @@ static int64_t run_probe(const probe *p, double *t, unsigned *depth)
 	*depth = uring ? p->depth : 1;
 	while (!uring && next < p->n && done < p->max) {
 		int64_t r = read_whole(p->fd, p->buf, p->rd[next]);
-		if (r < 0 || (uint64_t)r < p->rd[next][1])
+		if (r < 0 || (uint64_t)r < p->rd[next][1]) {
+			free(free_buf);
 			return r < 0 ? r : -ENODATA;
+		}
 		done += (uint64_t)r;
 		next++;
 	}
-	/* depth reads in flight; a read reuses the buffer of the one it replaces */
+	/* depth reads in flight, each into a buffer of its own */
 	while (uring && !err && (inflight || (next < p->n && issued < p->max))) {
 		struct io_uring_sqe *sqe;
 		while (inflight < p->depth && next < p->n && issued < p->max &&
 		       (sqe = io_uring_get_sqe(&ring))) {
-			io_uring_prep_read(sqe, p->fd, p->buf + next % p->depth * p->slot,
+			unsigned b = free_buf[--n_free];
+			io_uring_prep_read(sqe, p->fd, p->buf + (size_t)b * p->slot,
 					   (unsigned)p->rd[next][1], p->rd[next][0]);
-			io_uring_sqe_set_data64(sqe, next);
+			io_uring_sqe_set_data64(sqe, (uint64_t)next << 32 | b);
 			issued += p->rd[next][1];
 			next++;
 			inflight++;
@@ -111,7 +119,8 @@ static int64_t run_probe(const probe *p, double *t, unsigned *depth)
 			err = r;
 			break;
 		}
-		uint64_t i = io_uring_cqe_get_data64(cqe);
+		uint64_t d = io_uring_cqe_get_data64(cqe), i = d >> 32;
+		free_buf[n_free++] = (unsigned)d;
 		int res = cqe->res;
 		io_uring_cqe_seen(&ring, cqe);
 		inflight--;
@@ -127,6 +136,7 @@ static int64_t run_probe(const probe *p, double *t, unsigned *depth)
 			io_uring_cqe_seen(&ring, cqe), inflight--;
 		io_uring_queue_exit(&ring);
 	}
+	free(free_buf);
 	return err ? err : (int64_t)done;
 }
 
