@@ -137,14 +137,25 @@ static uint64_t round_up(uint64_t x, uint64_t a)
 	return (x + a - 1) / a * a;
 }
 
+/* Expert x of layer il's tensors in the directory and its bytes in the
+ * file (the UTH adjacency rule puts them back to back); -1 if none. */
+static int expert_span(const moe_model *m, uint32_t il, uint32_t x, span *sp)
+{
+	if (moe_uth_expert(m->file, (uint16_t)il, (uint16_t)x, &sp->first, &sp->count) < 0)
+		return -1;
+	const moe_uth_tensor *a = &m->file->tensors[sp->first], *z = &a[sp->count - 1];
+	sp->off = a->offset;
+	sp->len = z->offset + z->size - a->offset;
+	return 0;
+}
+
 int moe_experts_span(const moe_model *m, uint32_t il, uint32_t x, uint64_t *off, uint64_t *len)
 {
-	size_t first, count;
-	if (moe_uth_expert(m->file, (uint16_t)il, (uint16_t)x, &first, &count) < 0)
+	span sp;
+	if (expert_span(m, il, x, &sp) < 0)
 		return -1;
-	const moe_uth_tensor *a = &m->file->tensors[first], *z = &a[count - 1];
-	*off = a->offset;
-	*len = z->offset + z->size - a->offset;
+	*off = sp.off;
+	*len = sp.len;
 	return 0;
 }
 
@@ -1207,14 +1218,11 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 			continue;
 		for (int x = 0; x < s->n_expert; x++) {
 			span *sp = &s->spans[(size_t)il * s->n_expert + x];
-			if (moe_uth_expert(u, (uint16_t)il, (uint16_t)x, &sp->first, &sp->count) < 0) {
+			if (expert_span(m, (uint32_t)il, (uint32_t)x, sp) < 0) {
 				rc = moe_err(e, MOE_EFORMAT, "%s: no tensors tagged as expert %d of layer %d",
 					     u->path, x, il);
 				goto fail;
 			}
-			const moe_uth_tensor *a = &u->tensors[sp->first], *z = &a[sp->count - 1];
-			sp->off = a->offset;
-			sp->len = z->offset + z->size - a->offset;
 			const moe_weight *ws[3] = {&L->exp_gate[x], &L->exp_up[x], &L->exp_down[x]};
 			for (int j = 0; j < 3; j++) {
 				uint64_t o = (uint64_t)((const uint8_t *)ws[j]->data - u->map);
