@@ -46,11 +46,22 @@
 
 #include "model.h"
 
+/* Which cached expert a miss evicts (see README "Streaming experts" for
+ * the measurements behind the default). */
 enum moe_experts_policy {
-	MOE_EXPERTS_LFRU = 0, /* default: use count decayed per visit of the expert's layer,
-			       * raised for layers that come round sooner */
-	MOE_EXPERTS_LRU = 1,  /* least recently used */
+	MOE_EXPERTS_NEXT_USE = 0, /* default "nextuse": the furthest expected next use, from
+				   * each expert's whole use history (kept when evicted), a
+				   * count decayed per visit of its layer, and its layer's
+				   * place in the loop over layers */
+	MOE_EXPERTS_LRU = 1,      /* "lru": least recently used */
+	MOE_EXPERTS_LFRU = 2,     /* "lfru": the cached copy's decayed use count (reset when
+				   * evicted), raised for layers that come round sooner */
+	MOE_EXPERTS_N_POLICIES
 };
+/* The policy's name ("nextuse", "lru", "lfru"), or NULL. */
+const char *moe_experts_policy_name(int policy);
+/* The policy named `name`, or -1. */
+int moe_experts_policy_parse(const char *name);
 
 /* I/O faults for tests: make the nth read (1-based, counting every read the
  * store issues) fail. */

@@ -1,6 +1,6 @@
 /* t-experts — the streamed expert store on the demo model (share/moe-demo.uth):
  * logits bit for bit equal to the resident store's at several budgets (down
- * to one layer of experts), both policies, O_DIRECT, buffered and pread
+ * to one layer of experts), every policy, O_DIRECT, buffered and pread
  * I/O, a warm start from a profile; two engines in two threads sharing a
  * store of the minimum size; compute order following the arrival of reads
  * (a hook that trickles them in, last first); the prefetch rule; faults: an I/O error or a short read on the Nth
@@ -106,9 +106,8 @@ int main(void)
 	/* budgets: one layer of experts (the minimum), 25%, 50%, all but 4
 	 * (where the prefetch rule lets hints be read), all */
 	uint64_t slots[5] = {m->hp.n_expert, n_all / 4, n_all / 2, n_all - 4, n_all};
-	const char *pname[2] = {"lfru", "lru"};
 	for (int b = 0; b < 5; b++)
-		for (int pol = 0; pol < 2; pol++) {
+		for (int pol = 0; pol < MOE_EXPERTS_N_POLICIES; pol++) {
 			moe_expert_store *st;
 			moe_experts_params p = {.budget = fixed + slots[b] * slot, .policy = pol};
 			if (moe_experts_open(&st, m, &p, &e) < 0) {
@@ -120,7 +119,8 @@ int main(void)
 			moe_experts_stats s;
 			moe_experts_get_stats(st, &s);
 			ok(rc == 0 && !memcmp(got, ref, nl * sizeof *got),
-			   "%s, %llu slots: logits equal the resident store's bit for bit (%s)", pname[pol],
+			   "%s, %llu slots: logits equal the resident store's bit for bit (%s)",
+			   moe_experts_policy_name(pol),
 			   (unsigned long long)s.slots, rc ? e.msg : "ok");
 			/* a cache for every expert is filled at open: no reads later */
 			ok(s.slots == slots[b] && s.requests > 0 && s.hits <= s.requests &&
