@@ -34,6 +34,11 @@
  * while they pay: more than half of the last 64 predicted-and-uncached
  * experts were chosen, no read a layer waits for is in flight, at most 2
  * at a time, and only into a free or cold slot (never evicting a warm one).
+ * While that first condition fails, the store asks the engine for the
+ * lookahead (by leaving pub.prefetch set after an acquire) after only one
+ * acquire in 8, enough to notice when predictions start to pay again
+ * (only while all acquires come from one thread: the engine reads
+ * pub.prefetch unlocked).
  *
  * Thread safety: one store may serve several engines; its calls (and the
  * population thread's hand-over of each chunk) serialise on a mutex, which is held while waiting for the disk (blocking in the
@@ -106,6 +111,9 @@ typedef struct moe_experts_stats {
 				       * (what prefetch would read); how many were chosen */
 	uint64_t candidates_at[MOE_EXPERTS_MAX_LOOKAHEAD], /* the same, [d-1]: d layers ahead */
 		 candidates_chosen_at[MOE_EXPERTS_MAX_LOOKAHEAD];
+	uint64_t lookahead_runs,      /* acquires after which the engine was asked for */
+		 lookahead_skips;     /* ... and not asked for the router lookahead (the
+				       * prefetch rule's gate closed: see README) */
 	double io_wait;               /* seconds acquire spent blocked on the disk */
 	uint64_t overlapped;          /* experts handed over while reads of the same
 				       * acquire were still in flight: their math

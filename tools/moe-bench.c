@@ -927,7 +927,7 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 		if (json)
 			json_array_append_new(
 				arr, json_pack("{s:s, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-					       "s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:i, s:o, s:o, s:f, s:f, s:f, s:b, s:s}",
+					       "s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:i, s:o, s:o, s:f, s:f, s:f, s:f, s:b, s:s}",
 					       "model", o->models[0], "budget_bytes", (json_int_t)r.budget,
 					       "slots", (json_int_t)r.slots, "n_gen", r.n_gen, "tok_s",
 					       r.tok_s, "hit_rate", r.hit_rate, "prediction_accuracy",
@@ -941,8 +941,8 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 					       r.io_bound_qd1_tok_s, "pct_of_io_bound_qd1", pct1, "lookahead",
 					       r.lookahead, "prediction_accuracy_at", at,
 					       "candidate_accuracy_at", cat, "prefetch_reads_per_token",
-					       r.prefetch_reads, "open_s", r.open_s, "populate_s", r.populate_s,
-					       "o_direct",
+					       r.prefetch_reads, "lookahead_share", r.lookahead_share, "open_s",
+					       r.open_s, "populate_s", r.populate_s, "o_direct",
 					       r.direct, "policy", moe_experts_policy_name(o->policy)));
 		else {
 			json_decref(at);

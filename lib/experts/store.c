@@ -33,6 +33,9 @@ enum { SLOT_EMPTY, SLOT_LOADING, SLOT_READY };
 #define HALF_LIFE 8.0
 /* prefetch: at most this many reads in flight, and the history window */
 enum { PF_MAX_INFLIGHT = 2, PF_WINDOW = 64, PF_MIN_HISTORY = 16 };
+/* with the prefetch rule's gate closed, the router lookahead runs after
+ * about one acquire in HINT_SAMPLE (see gate_hints) */
+enum { HINT_SAMPLE = 8 };
 /* io_uring's submission queue: more reads than that wait for a slot in it */
 enum { RING_DEPTH = 64 };
 
@@ -101,6 +104,11 @@ typedef struct {
 	unsigned pf_inflight; /* prefetch reads in flight */
 	uint64_t pf_hist[MOE_EXPERTS_MAX_LOOKAHEAD];
 	int pf_hist_n[MOE_EXPERTS_MAX_LOOKAHEAD];
+	bool hints;           /* the store takes hints at all (see gate_hints) */
+	bool hint_shared;     /* acquires came from more than one thread */
+	pthread_t hint_owner; /* the thread of the first acquire */
+	bool hint_owned;
+	uint64_t hint_rng;    /* picks the acquires whose lookahead is sampled */
 	struct stat st0;
 	moe_experts_params p;
 	int fault_kind;
@@ -643,6 +651,52 @@ static void score_predictions(store *s, int32_t base, const int32_t *ids, int n)
 	}
 }
 
+/* Whether the prefetch rule would read a candidate at distance d now (its
+ * history too short to judge, or more than half of it chosen). */
+static bool gate_open(const store *s, int d)
+{
+	int n = s->pf_hist_n[d - 1], used = __builtin_popcountll(s->pf_hist[d - 1]);
+	return n < PF_MIN_HISTORY || 2 * used > n;
+}
+
+static void st_prefetch(moe_expert_store *pub, int layer, const int32_t *ids, int n);
+
+/* The engine runs the router lookahead after an acquire only while
+ * pub.prefetch is set (it reads it right after acquire_start returns), and
+ * the lookahead costs a router product per layer ahead (about 0.4 ms a
+ * token on olmoe-m).  Its hints are read only while the gate is open at
+ * some distance; closed (nearly always on olmoe-m, whose misses the next
+ * routers rarely foresee), the hints would only feed the statistics and
+ * the history that may open the gate again.  So while it is closed, ask
+ * for the lookahead after one acquire in HINT_SAMPLE, picked at random
+ * (a fixed period could keep landing on the same layers): the history
+ * still moves, at that fraction of the cost, and the accuracy figures
+ * become a sample.  The engine reads pub.prefetch unlocked, twice (to
+ * decide, then to call it), so it is cleared only while every acquire has
+ * come from one thread: an engine in another thread could find it cleared
+ * between its two reads.  From the first acquire of a second thread on, it
+ * stays set (engines sharing a store always run the lookahead). */
+static void gate_hints(store *s)
+{
+	if (!s->hints)
+		return;
+	pthread_t me = pthread_self();
+	if (!s->hint_owned)
+		s->hint_owner = me, s->hint_owned = true;
+	else if (!pthread_equal(s->hint_owner, me))
+		s->hint_shared = true;
+	bool want = s->hint_shared;
+	for (int d = 1; d <= s->ahead && !want; d++)
+		want = gate_open(s, d);
+	if (!want) {
+		s->hint_rng = s->hint_rng * 6364136223846793005ull + 1442695040888963407ull;
+		want = (s->hint_rng >> 33) % HINT_SAMPLE == 0;
+	}
+	s->st.lookahead_runs += want;
+	s->st.lookahead_skips += !want;
+	__atomic_store_n(&s->pub.prefetch, want ? st_prefetch : NULL, __ATOMIC_RELAXED);
+}
+
 /* Layers from the last acquire's to `layer` (1: the next), within
  * 1..ahead: a hint for the layer just acquired (engines sharing the store,
  * or a caller of its own) counts as one for the next layer. */
@@ -744,6 +798,7 @@ static int st_acquire_start(moe_expert_store *pub, int layer, const int32_t *ids
 	int32_t base = layer * s->n_expert;
 	score_predictions(s, base, ids, n);
 	unqueue(s, layer); /* hints for this acquire: too late now */
+	gate_hints(s);
 	int misses = 0;
 	/* hits (and reads already in flight) first, so that no victim is one of ours */
 	for (int i = 0; i < n && !s->err; i++) {
@@ -903,10 +958,9 @@ static void pump(store *s)
 	       !s->err; i++) {
 		int32_t key = s->pf_queue[i];
 		int d = distance(s, key / s->n_expert);
-		int used = __builtin_popcountll(s->pf_hist[d - 1]); /* bits above the count are 0 */
 		if (s->where[key] >= 0)
 			continue;
-		if (s->pf_hist_n[d - 1] < PF_MIN_HISTORY || 2 * used <= s->pf_hist_n[d - 1]) {
+		if (s->pf_hist_n[d - 1] < PF_MIN_HISTORY || !gate_open(s, d)) {
 			s->pf_queue[k++] = key; /* not now: its distance does not pay lately */
 			continue;
 		}
@@ -1010,19 +1064,15 @@ static int warm_start(store *s, moe_error *e)
 				     li);
 			goto out;
 		}
-		/* the profile's share of the layer's tokens that chose each
-		 * expert is NEXT_USE's prior for its chance (a history worth
-		 * that chance in steady state, decaying as real uses come) */
-		double tokens = json_number_value(json_object_get(lo, "tokens"));
+		/* only the cache's first contents: taken as NEXT_USE's prior
+		 * for each expert's chance (its share of the layer's tokens),
+		 * the counts of another run of random ids raised the misses of
+		 * olmoe-m at 1536M from 3.30 to 7.88 per token (simulated):
+		 * which experts a sequence keeps using depends on the sequence */
 		for (int x = 0; x < s->n_expert; x++) {
 			int32_t key = (int32_t)l * s->n_expert + x;
-			double count = json_number_value(json_array_get(c, (size_t)x));
-			if (!s->spans[key].len)
-				continue;
-			h[nh++] = (hot){key, count};
-			if (tokens > 0 && count > 0)
-				s->hist[key].freq = (count < tokens ? count / tokens : 1.0) /
-						    (1.0 - exp2(-1.0 / HALF_LIFE));
+			if (s->spans[key].len)
+				h[nh++] = (hot){key, json_number_value(json_array_get(c, (size_t)x))};
 		}
 	}
 	qsort(h, nh, sizeof *h, by_count);
@@ -1256,6 +1306,8 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	s->p = *p;
 	s->pub = (moe_expert_store){.acquire = st_acquire, .release = st_release, .impl = s,
 				    .prefetch = p->no_prefetch ? NULL : st_prefetch};
+	s->hints = !p->no_prefetch;
+	s->hint_rng = 0x9e3779b97f4a7c15ull;
 	if (!p->no_overlap) {
 		s->pub.acquire_start = st_acquire_start;
 		s->pub.acquire_wait = st_acquire_wait;
@@ -1403,6 +1455,7 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	else if (s->n_slots == s->st.n_layer_experts) {
 		rc = load_all(s, e);
 		s->pub.prefetch = NULL; /* nothing is ever missing: no lookahead to pay for */
+		s->hints = false;
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (rc < 0)

@@ -735,42 +735,48 @@ static void pack_k4_scales(uint8_t *scales, const int *ls, const int *lm)
 	}
 }
 
+/* Q4_K / Q5_K super-block: eight groups of 32 with 6-bit sub-scale and
+ * sub-min codes; the low nibbles of elements 64p + l and 64p + 32 + l share
+ * qs[32p + l]; Q5_K's fifth bits go to qh (bits 2p and 2p + 1 of qh[l]),
+ * NULL for Q4_K.  dm[0], dm[1]: the f16 d and dmin (the blocks are packed:
+ * the caller stores them). */
+static void quant_k4_block(const float *x, const float *w, int nmax, uint16_t *dm,
+			   uint8_t *scales, uint8_t *qs, uint8_t *qh)
+{
+	int L[MOE_QK_K], sc[8], mc[8];
+	kquant_scale_min(x, w, 8, nmax, 63, &dm[0], &dm[1], sc, mc, L);
+	pack_k4_scales(scales, sc, mc);
+	if (qh)
+		memset(qh, 0, MOE_QK_K / 8);
+	for (int p = 0; p < 4; p++) {
+		for (int l = 0; l < 32; l++) {
+			int lo = L[64 * p + l], hi = L[64 * p + 32 + l];
+			qs[32 * p + l] = (uint8_t)((lo & 0x0F) | (hi & 0x0F) << 4);
+			if (qh)
+				qh[l] |= (uint8_t)((lo >> 4) << (2 * p) | (hi >> 4) << (2 * p + 1));
+		}
+	}
+}
+
 static void quant_q4_k(const float *x, void *dst, int64_t n, const float *w)
 {
 	moe_block_q4_k *b = dst;
+	uint16_t dm[2];
 	for (int64_t i = 0; i < n / MOE_QK_K; i++, b++, x += MOE_QK_K) {
-		int L[MOE_QK_K], sc[8], mc[8];
-		uint16_t dh, dminh;
-		kquant_scale_min(x, w ? w + i * MOE_QK_K : NULL, 8, 15, 63, &dh, &dminh,
-				 sc, mc, L);
-		b->d = dh;
-		b->dmin = dminh;
-		pack_k4_scales(b->scales, sc, mc);
-		for (int p = 0; p < 4; p++)
-			for (int l = 0; l < 32; l++)
-				b->qs[32 * p + l] = (uint8_t)(L[64 * p + l] | L[64 * p + 32 + l] << 4);
+		quant_k4_block(x, w ? w + i * MOE_QK_K : NULL, 15, dm, b->scales, b->qs, NULL);
+		b->d = dm[0];
+		b->dmin = dm[1];
 	}
 }
 
 static void quant_q5_k(const float *x, void *dst, int64_t n, const float *w)
 {
 	moe_block_q5_k *b = dst;
+	uint16_t dm[2];
 	for (int64_t i = 0; i < n / MOE_QK_K; i++, b++, x += MOE_QK_K) {
-		int L[MOE_QK_K], sc[8], mc[8];
-		uint16_t dh, dminh;
-		kquant_scale_min(x, w ? w + i * MOE_QK_K : NULL, 8, 31, 63, &dh, &dminh,
-				 sc, mc, L);
-		b->d = dh;
-		b->dmin = dminh;
-		pack_k4_scales(b->scales, sc, mc);
-		memset(b->qh, 0, sizeof(b->qh));
-		for (int p = 0; p < 4; p++) {
-			for (int l = 0; l < 32; l++) {
-				int lo = L[64 * p + l], hi = L[64 * p + 32 + l];
-				b->qs[32 * p + l] = (uint8_t)((lo & 0x0F) | (hi & 0x0F) << 4);
-				b->qh[l] |= (uint8_t)((lo >> 4) << (2 * p) | (hi >> 4) << (2 * p + 1));
-			}
-		}
+		quant_k4_block(x, w ? w + i * MOE_QK_K : NULL, 31, dm, b->scales, b->qs, b->qh);
+		b->d = dm[0];
+		b->dmin = dm[1];
 	}
 }
 

@@ -676,6 +676,15 @@ static node *parse_test(parser *ps, node *in)
 	return t;
 }
 
+/* fn(args): the "(" is current. */
+static node *parse_call(parser *ps, node *fn)
+{
+	node *call = mk(ps, N_CALL, cur(ps)->line);
+	call->a = fn;
+	parse_args(ps, call);
+	return call;
+}
+
 static node *parse_filter_expr(parser *ps, node *n)
 {
 	for (;;) {
@@ -685,10 +694,7 @@ static node *parse_filter_expr(parser *ps, node *n)
 		} else if (is_name(c, "is")) {
 			n = parse_test(ps, n);
 		} else if (is_op(c, "(")) {
-			node *call = mk(ps, N_CALL, c->line);
-			call->a = n;
-			parse_args(ps, call);
-			n = call;
+			n = parse_call(ps, n);
 		} else {
 			return n;
 		}
@@ -761,10 +767,7 @@ static node *parse_postfix(parser *ps, node *n)
 		if (is_op(c, ".") || is_op(c, "[")) {
 			n = parse_subscript(ps, n);
 		} else if (is_op(c, "(")) {
-			node *call = mk(ps, N_CALL, c->line);
-			call->a = n;
-			parse_args(ps, call);
-			n = call;
+			n = parse_call(ps, n);
 		} else {
 			return n;
 		}
