@@ -456,6 +456,8 @@ typedef struct moe_budget_row {
 	double prediction_at[4]; /* [d-1]: accuracy of the predictions d layers ahead */
 	double candidate_at[4];  /* [d-1]: ... of those not cached when predicted */
 	double prefetch_reads;   /* per token */
+	double lookahead_share;  /* of the layers' acquires, those after which the router
+				  * lookahead ran (the rest were skipped: gate closed) */
 	double open_s;           /* moe_experts_open */
 	double populate_s;       /* the cache faulted in, in the background (experts.h) */
 	double bytes_per_token; /* read from the disk */

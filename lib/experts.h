@@ -34,6 +34,11 @@
  * while they pay: more than half of the last 64 predicted-and-uncached
  * experts were chosen, no read a layer waits for is in flight, at most 2
  * at a time, and only into a free or cold slot (never evicting a warm one).
+ * While that first condition fails, the store asks the engine for the
+ * lookahead (by leaving pub.prefetch set after an acquire) after only one
+ * acquire in 8, enough to notice when predictions start to pay again
+ * (only while all acquires come from one thread: the engine reads
+ * pub.prefetch unlocked).
  *
  * Thread safety: one store may serve several engines; its calls (and the
  * population thread's hand-over of each chunk) serialise on a mutex, which is held while waiting for the disk (blocking in the
@@ -46,11 +51,22 @@
 
 #include "model.h"
 
+/* Which cached expert a miss evicts (see README "Streaming experts" for
+ * the measurements behind the default). */
 enum moe_experts_policy {
-	MOE_EXPERTS_LFRU = 0, /* default: use count decayed per visit of the expert's layer,
-			       * raised for layers that come round sooner */
-	MOE_EXPERTS_LRU = 1,  /* least recently used */
+	MOE_EXPERTS_NEXT_USE = 0, /* default "nextuse": the furthest expected next use, from
+				   * each expert's whole use history (kept when evicted), a
+				   * count decayed per visit of its layer, and its layer's
+				   * place in the loop over layers */
+	MOE_EXPERTS_LRU = 1,      /* "lru": least recently used */
+	MOE_EXPERTS_LFRU = 2,     /* "lfru": the cached copy's decayed use count (reset when
+				   * evicted), raised for layers that come round sooner */
+	MOE_EXPERTS_N_POLICIES
 };
+/* The policy's name ("nextuse", "lru", "lfru"), or NULL. */
+const char *moe_experts_policy_name(int policy);
+/* The policy named `name`, or -1. */
+int moe_experts_policy_parse(const char *name);
 
 /* I/O faults for tests: make the nth read (1-based, counting every read the
  * store issues) fail. */
@@ -95,6 +111,9 @@ typedef struct moe_experts_stats {
 				       * (what prefetch would read); how many were chosen */
 	uint64_t candidates_at[MOE_EXPERTS_MAX_LOOKAHEAD], /* the same, [d-1]: d layers ahead */
 		 candidates_chosen_at[MOE_EXPERTS_MAX_LOOKAHEAD];
+	uint64_t lookahead_runs,      /* acquires after which the engine was asked for */
+		 lookahead_skips;     /* ... and not asked for the router lookahead (the
+				       * prefetch rule's gate closed: see README) */
 	double io_wait;               /* seconds acquire spent blocked on the disk */
 	uint64_t overlapped;          /* experts handed over while reads of the same
 				       * acquire were still in flight: their math

@@ -119,7 +119,7 @@ static void help(void)
 	       "                        experts computed under I/O, the disk's O_DIRECT\n"
 	       "                        bandwidth (measured before each budget), the read rate\n"
 	       "                        reached and the %% of the I/O bound (their ratio)\n"
-	       "      --policy=NAME     expert cache eviction: lfru (default) or lru\n"
+	       "      --policy=NAME     expert cache eviction: nextuse (default), lru or lfru\n"
 	       "      --expert-profile=FILE  warm start from an --expert-stats profile\n"
 	       "      --pin=FRACTION    with --expert-profile: pin that share of the cache\n"
 	       "      --no-prefetch     no router-lookahead prefetch (for comparison)\n"
@@ -304,12 +304,8 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		case OPT_EXPERTS: o->expert_stats = optarg; break;
 		case OPT_MEM_BUDGET: o->mem_budget = optarg; break;
 		case OPT_POLICY:
-			if (!strcmp(optarg, "lru"))
-				o->policy = MOE_EXPERTS_LRU;
-			else if (!strcmp(optarg, "lfru"))
-				o->policy = MOE_EXPERTS_LFRU;
-			else
-				usage_error("--policy: lru or lfru, not '%s'", optarg);
+			if ((o->policy = moe_experts_policy_parse(optarg)) < 0)
+				usage_error("--policy: nextuse, lru or lfru, not '%s'", optarg);
 			break;
 		case OPT_XPROFILE: o->expert_profile = optarg; break;
 		case OPT_NO_PREFETCH: o->no_prefetch = true; break;
@@ -931,7 +927,7 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 		if (json)
 			json_array_append_new(
 				arr, json_pack("{s:s, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-					       "s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:i, s:o, s:o, s:f, s:f, s:f, s:b, s:s}",
+					       "s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:i, s:o, s:o, s:f, s:f, s:f, s:f, s:b, s:s}",
 					       "model", o->models[0], "budget_bytes", (json_int_t)r.budget,
 					       "slots", (json_int_t)r.slots, "n_gen", r.n_gen, "tok_s",
 					       r.tok_s, "hit_rate", r.hit_rate, "prediction_accuracy",
@@ -945,9 +941,9 @@ static void run_budgets(const bench_opts *o, moe_bench_env *env)
 					       r.io_bound_qd1_tok_s, "pct_of_io_bound_qd1", pct1, "lookahead",
 					       r.lookahead, "prediction_accuracy_at", at,
 					       "candidate_accuracy_at", cat, "prefetch_reads_per_token",
-					       r.prefetch_reads, "open_s", r.open_s, "populate_s", r.populate_s,
-					       "o_direct",
-					       r.direct, "policy", o->policy ? "lru" : "lfru"));
+					       r.prefetch_reads, "lookahead_share", r.lookahead_share, "open_s",
+					       r.open_s, "populate_s", r.populate_s, "o_direct",
+					       r.direct, "policy", moe_experts_policy_name(o->policy)));
 		else {
 			json_decref(at);
 			json_decref(cat);

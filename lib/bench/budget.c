@@ -270,6 +270,9 @@ int moe_bench_budget(const moe_model *m, const moe_budget_params *p, moe_budget_
 										(double)s.candidates_at[d] : 0;
 			}
 		row->prefetch_reads = (double)s.prefetch_reads / p->n_gen;
+		if (s.lookahead_runs + s.lookahead_skips)
+			row->lookahead_share = (double)s.lookahead_runs /
+					       (double)(s.lookahead_runs + s.lookahead_skips);
 		row->open_s = t_open;
 		row->populate_s = s.populate_s;
 		row->io_bound_qd1_tok_s = row->bytes_per_token > 0 && p->disk_bw_qd1 > 0

@@ -68,8 +68,9 @@ static json_t *num_or_null(double v)
 	return isfinite(v) ? json_real(v) : json_null();
 }
 
-static json_t *row_json(const moe_bench_row *r, const moe_bench_env *env)
+static json_t *row_json(const void *rows, size_t at, const moe_bench_env *env)
 {
+	const moe_bench_row *r = (const moe_bench_row *)rows + at;
 	json_t *o = json_object();
 	size_t n = r->n_samples;
 	double *ts = malloc((n ? n : 1) * sizeof *ts);
@@ -315,24 +316,38 @@ static int write_objects(FILE *f, moe_bench_format fmt, json_t *rows, moe_error 
 	return rc;
 }
 
+/* Row `at` of rows as a JSON object (NULL: out of memory); one per report. */
+typedef json_t *(*row_json_fn)(const void *rows, size_t at, const moe_bench_env *env);
+
+/* The n rows as a JSON array for write_objects (NULL: out of memory). */
+static json_t *rows_json(const void *rows, size_t n, const moe_bench_env *env, row_json_fn fn)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < n; i++)
+		if (json_array_append_new(a, fn(rows, i, env)) != 0) {
+			json_decref(a);
+			a = NULL;
+		}
+	return a;
+}
+
+/* Every report ends here: an error writing any of it is reported once. */
+static int report_flush(FILE *f, moe_error *e)
+{
+	if (fflush(f) != 0 || ferror(f))
+		return moe_err(e, MOE_EIO, "write error: %s", strerror(errno));
+	return 0;
+}
+
 int moe_bench_report(FILE *f, moe_bench_format fmt, const moe_bench_env *env,
 		     const moe_bench_row *rows, size_t n, moe_error *e)
 {
 	clearerr(f);
-	if (fmt == MOE_BENCH_MD) {
+	if (fmt == MOE_BENCH_MD)
 		report_md(f, env, rows, n);
-	} else {
-		json_t *a = json_array();
-		for (size_t i = 0; a && i < n; i++)
-			if (json_array_append_new(a, row_json(&rows[i], env)) != 0) {
-				json_decref(a);
-				a = NULL;
-			}
-		MOE_TRY(write_objects(f, fmt, a, e));
-	}
-	if (fflush(f) != 0 || ferror(f))
-		return moe_err(e, MOE_EIO, "write error: %s", strerror(errno));
-	return 0;
+	else
+		MOE_TRY(write_objects(f, fmt, rows_json(rows, n, env, row_json), e));
+	return report_flush(f, e);
 }
 
 /* ------------------------------------------------ several sequences */
@@ -356,8 +371,9 @@ static batched_numbers batched_derive(const moe_batched_row *r)
 	return b;
 }
 
-static json_t *batched_json(const moe_batched_row *r, const moe_bench_env *env)
+static json_t *batched_json(const void *rows, size_t at, const moe_bench_env *env)
 {
+	const moe_batched_row *r = (const moe_batched_row *)rows + at;
 	json_t *o = json_object();
 	if (!o)
 		return NULL;
@@ -426,23 +442,16 @@ int moe_batched_report(FILE *f, moe_bench_format fmt, const moe_bench_env *env,
 			n ? rows[0].test.reps : 0, env->build_commit ? env->build_commit : "",
 			env->isa ? env->isa : "", env->cpu_info ? env->cpu_info : "");
 	} else {
-		json_t *a = json_array();
-		for (size_t i = 0; a && i < n; i++)
-			if (json_array_append_new(a, batched_json(&rows[i], env)) != 0) {
-				json_decref(a);
-				a = NULL;
-			}
-		MOE_TRY(write_objects(f, fmt, a, e));
+		MOE_TRY(write_objects(f, fmt, rows_json(rows, n, env, batched_json), e));
 	}
-	if (fflush(f) != 0 || ferror(f))
-		return moe_err(e, MOE_EIO, "write error: %s", strerror(errno));
-	return 0;
+	return report_flush(f, e);
 }
 
 /* ------------------------------------------------------ perplexity / KL */
 
-static json_t *ppl_json(const moe_ppl_row *row)
+static json_t *ppl_json(const void *rows, size_t at, const moe_bench_env *env)
 {
+	const moe_ppl_row *row = (const moe_ppl_row *)rows + at;
 	const moe_ppl_result *r = row->r;
 	json_t *o = json_object();
 	if (!o)
@@ -539,32 +548,8 @@ int moe_ppl_report(FILE *f, moe_bench_format fmt, const moe_ppl_row *rows, size_
 	if (fmt == MOE_BENCH_MD) {
 		for (size_t i = 0; i < n; i++)
 			ppl_md(f, &rows[i]);
-	} else if (fmt == MOE_BENCH_JSON) {
-		json_t *a = json_array();
-		for (size_t i = 0; a && i < n; i++)
-			if (json_array_append_new(a, ppl_json(&rows[i])) != 0) {
-				json_decref(a);
-				a = NULL;
-			}
-		MOE_TRY(dump_json(f, a, JSON_INDENT(2), e));
-		fputc('\n', f);
 	} else {
-		for (size_t i = 0; i < n; i++) {
-			json_t *o = ppl_json(&rows[i]);
-			if (!o)
-				return moe_err(e, MOE_ENOMEM, "out of memory");
-			if (fmt == MOE_BENCH_CSV) {
-				if (i == 0)
-					csv_line(f, o, true);
-				csv_line(f, o, false);
-				json_decref(o);
-			} else {
-				MOE_TRY(dump_json(f, o, JSON_COMPACT, e));
-				fputc('\n', f);
-			}
-		}
+		MOE_TRY(write_objects(f, fmt, rows_json(rows, n, NULL, ppl_json), e));
 	}
-	if (fflush(f) != 0 || ferror(f))
-		return moe_err(e, MOE_EIO, "write error: %s", strerror(errno));
-	return 0;
+	return report_flush(f, e);
 }

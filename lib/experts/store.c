@@ -3,8 +3,8 @@
  * io_uring, with a pread fallback.  Every miss of an acquire is submitted
  * before the first wait and experts are handed over as they land
  * (acquire_start / acquire_wait); prefetch hints start reads only under the
- * rule in pump(), never waiting; eviction is LFRU weighted by layer
- * recurrence (score()) or LRU; a read error of any kind makes the store fail
+ * rule in pump(), never waiting; eviction (score()) takes the furthest
+ * expected next use (the default), or LRU, or LFRU; a read error of any kind makes the store fail
  * every later call (a stale or partial expert is never handed out). */
 
 #include "experts.h"
@@ -28,10 +28,14 @@ enum { SLOT_EMPTY, SLOT_LOADING, SLOT_READY };
 #define PRED_AT(d) (1u << ((d) - 1))
 #define CAND_AT(d) (16u << ((d) - 1))
 
-/* LFRU: a use counts half after this many visits of the expert's layer. */
+/* Use counts (NEXT_USE, LFRU): a use counts half after this many visits of
+ * the expert's layer. */
 #define HALF_LIFE 8.0
 /* prefetch: at most this many reads in flight, and the history window */
 enum { PF_MAX_INFLIGHT = 2, PF_WINDOW = 64, PF_MIN_HISTORY = 16 };
+/* with the prefetch rule's gate closed, the router lookahead runs after
+ * about one acquire in HINT_SAMPLE (see gate_hints) */
+enum { HINT_SAMPLE = 8 };
 /* io_uring's submission queue: more reads than that wait for a slot in it */
 enum { RING_DEPTH = 64 };
 
@@ -48,6 +52,12 @@ typedef struct {
 	double freq;          /* decayed use count at last_visit */
 	moe_weight w[3];      /* gate, up, down bound into the slot */
 } slot;
+
+/* An expert's use history (NEXT_USE), kept whether cached or not. */
+typedef struct {
+	double freq;          /* decayed use count at visit */
+	uint64_t visit;       /* visits[its layer] then */
+} history;
 
 typedef struct {
 	uint64_t off, len;    /* the expert's bytes in the file (off 4096-aligned) */
@@ -84,6 +94,7 @@ typedef struct {
 	int ahead;            /* layers ahead hints are asked for (1..MOE_EXPERTS_MAX_LOOKAHEAD) */
 	uint64_t tick;        /* acquires */
 	uint64_t *visits;     /* [n_layer] acquires of each layer */
+	history *hist;        /* [n_layer * n_expert] */
 	int cur_layer;        /* of the last acquire */
 	/* prefetch (see pump): the candidates of the latest hint for each
 	 * layer ahead, nearest layer first, and per distance whether the last
@@ -93,6 +104,11 @@ typedef struct {
 	unsigned pf_inflight; /* prefetch reads in flight */
 	uint64_t pf_hist[MOE_EXPERTS_MAX_LOOKAHEAD];
 	int pf_hist_n[MOE_EXPERTS_MAX_LOOKAHEAD];
+	bool hints;           /* the store takes hints at all (see gate_hints) */
+	bool hint_shared;     /* acquires came from more than one thread */
+	pthread_t hint_owner; /* the thread of the first acquire */
+	bool hint_owned;
+	uint64_t hint_rng;    /* picks the acquires whose lookahead is sampled */
 	struct stat st0;
 	moe_experts_params p;
 	int fault_kind;
@@ -137,14 +153,25 @@ static uint64_t round_up(uint64_t x, uint64_t a)
 	return (x + a - 1) / a * a;
 }
 
+/* Expert x of layer il's tensors in the directory and its bytes in the
+ * file (the UTH adjacency rule puts them back to back); -1 if none. */
+static int expert_span(const moe_model *m, uint32_t il, uint32_t x, span *sp)
+{
+	if (moe_uth_expert(m->file, (uint16_t)il, (uint16_t)x, &sp->first, &sp->count) < 0)
+		return -1;
+	const moe_uth_tensor *a = &m->file->tensors[sp->first], *z = &a[sp->count - 1];
+	sp->off = a->offset;
+	sp->len = z->offset + z->size - a->offset;
+	return 0;
+}
+
 int moe_experts_span(const moe_model *m, uint32_t il, uint32_t x, uint64_t *off, uint64_t *len)
 {
-	size_t first, count;
-	if (moe_uth_expert(m->file, (uint16_t)il, (uint16_t)x, &first, &count) < 0)
+	span sp;
+	if (expert_span(m, il, x, &sp) < 0)
 		return -1;
-	const moe_uth_tensor *a = &m->file->tensors[first], *z = &a[count - 1];
-	*off = a->offset;
-	*len = z->offset + z->size - a->offset;
+	*off = sp.off;
+	*len = sp.len;
 	return 0;
 }
 
@@ -215,6 +242,22 @@ int moe_experts_parse_budget(const char *text, const moe_model *m, uint64_t *out
 	}
 	return moe_experts_parse_size(text, moe_experts_fixed_bytes(m) + moe_experts_total_bytes(m),
 				      out, e);
+}
+
+static const char *const policy_names[MOE_EXPERTS_N_POLICIES] = {
+	[MOE_EXPERTS_NEXT_USE] = "nextuse", [MOE_EXPERTS_LRU] = "lru", [MOE_EXPERTS_LFRU] = "lfru"};
+
+const char *moe_experts_policy_name(int policy)
+{
+	return policy >= 0 && policy < MOE_EXPERTS_N_POLICIES ? policy_names[policy] : NULL;
+}
+
+int moe_experts_policy_parse(const char *name)
+{
+	for (int i = 0; i < MOE_EXPERTS_N_POLICIES; i++)
+		if (!strcmp(name, policy_names[i]))
+			return i;
+	return -1;
 }
 
 /* ------------------------------------------------------------ I/O */
@@ -444,7 +487,39 @@ static double decayed_freq(const store *s, const slot *sl)
 	return sl->freq * exp2(-(double)age / HALF_LIFE);
 }
 
-/* Eviction order, lowest first.  LRU: the last acquire.  LFRU, weighted by
+/* The expert's estimated chance of being chosen at its layer's next visit,
+ * from its whole history (kept when it is evicted): a use count decayed
+ * per visit of its layer.  A stream of uses with chance p per visit sums,
+ * so decayed, to p / (1 - 2^(-1/HALF_LIFE)): that factor turns it back. */
+static double use_chance(const store *s, int32_t key)
+{
+	const history *h = &s->hist[key];
+	uint64_t age = s->visits[key / s->n_expert] - h->visit;
+	double p = h->freq * exp2(-(double)age / HALF_LIFE) * (1.0 - exp2(-1.0 / HALF_LIFE));
+	return p < 1.0 ? p : 1.0;
+}
+
+/* NEXT_USE: minus the expected number of layer visits (acquires) until the
+ * expert is needed again, the quantity an oracle evicts by (the furthest
+ * next use first, Belady).  Layers run in a loop: an expert of the layer d
+ * acquires ahead (1..n_layer) with chance p per visit is next needed after
+ * d + n_layer (1/p - 1) acquires on average.  A prefetched expert whose
+ * layer has not come round yet counts at least the prefetch rule's bar
+ * (more than half of such candidates are chosen). */
+static double next_use_score(const store *s, const slot *sl)
+{
+	int layer = sl->key / s->n_expert;
+	int d = (layer - s->cur_layer - 1 + 2 * s->n_layer) % s->n_layer + 1;
+	double p = use_chance(s, sl->key);
+	if (sl->by_prefetch && s->visits[layer] == sl->last_visit && p < 0.5)
+		p = 0.5;
+	if (p <= 0)
+		return -HUGE_VAL;
+	return -((double)d + (double)s->n_layer * (1.0 / p - 1.0));
+}
+
+/* Eviction order, lowest first (ties: the least recently used).
+ * NEXT_USE: next_use_score.  LRU: the last acquire.  LFRU, weighted by
  * layer recurrence: the decayed use count (about 12 x the chance of being
  * chosen at the layer's next visit), raised by up to a quarter for experts
  * whose layer comes round sooner.  Layers run in a loop, so of two experts
@@ -455,6 +530,8 @@ static double score(const store *s, const slot *sl)
 {
 	if (s->p.policy == MOE_EXPERTS_LRU)
 		return (double)sl->last_use;
+	if (s->p.policy == MOE_EXPERTS_NEXT_USE)
+		return next_use_score(s, sl);
 	int layer = sl->key / s->n_expert;
 	int d = (layer - s->cur_layer - 1 + 2 * s->n_layer) % s->n_layer; /* 0: the next layer */
 	double f = decayed_freq(s, sl);
@@ -471,6 +548,9 @@ static void touch(store *s, slot *sl)
 		sl->freq = 1;
 	sl->last_use = s->tick;
 	sl->last_visit = s->visits[sl->key / s->n_expert];
+	history *h = &s->hist[sl->key];
+	h->freq = use_chance(s, sl->key) / (1.0 - exp2(-1.0 / HALF_LIFE)) + 1;
+	h->visit = sl->last_visit;
 }
 
 /* A slot to (re)fill: empty first, else the lowest score among those not
@@ -486,7 +566,7 @@ static ssize_t victim(store *s)
 		if (sl->refs || sl->state == SLOT_LOADING || sl->pinned)
 			continue;
 		double sc = score(s, sl);
-		if (best < 0 || sc < bs)
+		if (best < 0 || sc < bs || (sc == bs && sl->last_use < s->slots[best].last_use))
 			best = (ssize_t)i, bs = sc;
 	}
 	return best;
@@ -569,6 +649,52 @@ static void score_predictions(store *s, int32_t base, const int32_t *ids, int n)
 				remember(s, d, false);
 		pr[x] = 0;
 	}
+}
+
+/* Whether the prefetch rule would read a candidate at distance d now (its
+ * history too short to judge, or more than half of it chosen). */
+static bool gate_open(const store *s, int d)
+{
+	int n = s->pf_hist_n[d - 1], used = __builtin_popcountll(s->pf_hist[d - 1]);
+	return n < PF_MIN_HISTORY || 2 * used > n;
+}
+
+static void st_prefetch(moe_expert_store *pub, int layer, const int32_t *ids, int n);
+
+/* The engine runs the router lookahead after an acquire only while
+ * pub.prefetch is set (it reads it right after acquire_start returns), and
+ * the lookahead costs a router product per layer ahead (about 0.4 ms a
+ * token on olmoe-m).  Its hints are read only while the gate is open at
+ * some distance; closed (nearly always on olmoe-m, whose misses the next
+ * routers rarely foresee), the hints would only feed the statistics and
+ * the history that may open the gate again.  So while it is closed, ask
+ * for the lookahead after one acquire in HINT_SAMPLE, picked at random
+ * (a fixed period could keep landing on the same layers): the history
+ * still moves, at that fraction of the cost, and the accuracy figures
+ * become a sample.  The engine reads pub.prefetch unlocked, twice (to
+ * decide, then to call it), so it is cleared only while every acquire has
+ * come from one thread: an engine in another thread could find it cleared
+ * between its two reads.  From the first acquire of a second thread on, it
+ * stays set (engines sharing a store always run the lookahead). */
+static void gate_hints(store *s)
+{
+	if (!s->hints)
+		return;
+	pthread_t me = pthread_self();
+	if (!s->hint_owned)
+		s->hint_owner = me, s->hint_owned = true;
+	else if (!pthread_equal(s->hint_owner, me))
+		s->hint_shared = true;
+	bool want = s->hint_shared;
+	for (int d = 1; d <= s->ahead && !want; d++)
+		want = gate_open(s, d);
+	if (!want) {
+		s->hint_rng = s->hint_rng * 6364136223846793005ull + 1442695040888963407ull;
+		want = (s->hint_rng >> 33) % HINT_SAMPLE == 0;
+	}
+	s->st.lookahead_runs += want;
+	s->st.lookahead_skips += !want;
+	__atomic_store_n(&s->pub.prefetch, want ? st_prefetch : NULL, __ATOMIC_RELAXED);
 }
 
 /* Layers from the last acquire's to `layer` (1: the next), within
@@ -672,6 +798,7 @@ static int st_acquire_start(moe_expert_store *pub, int layer, const int32_t *ids
 	int32_t base = layer * s->n_expert;
 	score_predictions(s, base, ids, n);
 	unqueue(s, layer); /* hints for this acquire: too late now */
+	gate_hints(s);
 	int misses = 0;
 	/* hits (and reads already in flight) first, so that no victim is one of ours */
 	for (int i = 0; i < n && !s->err; i++) {
@@ -831,10 +958,9 @@ static void pump(store *s)
 	       !s->err; i++) {
 		int32_t key = s->pf_queue[i];
 		int d = distance(s, key / s->n_expert);
-		int used = __builtin_popcountll(s->pf_hist[d - 1]); /* bits above the count are 0 */
 		if (s->where[key] >= 0)
 			continue;
-		if (s->pf_hist_n[d - 1] < PF_MIN_HISTORY || 2 * used <= s->pf_hist_n[d - 1]) {
+		if (s->pf_hist_n[d - 1] < PF_MIN_HISTORY || !gate_open(s, d)) {
 			s->pf_queue[k++] = key; /* not now: its distance does not pay lately */
 			continue;
 		}
@@ -938,6 +1064,11 @@ static int warm_start(store *s, moe_error *e)
 				     li);
 			goto out;
 		}
+		/* only the cache's first contents: taken as NEXT_USE's prior
+		 * for each expert's chance (its share of the layer's tokens),
+		 * the counts of another run of random ids raised the misses of
+		 * olmoe-m at 1536M from 3.30 to 7.88 per token (simulated):
+		 * which experts a sequence keeps using depends on the sequence */
 		for (int x = 0; x < s->n_expert; x++) {
 			int32_t key = (int32_t)l * s->n_expert + x;
 			if (s->spans[key].len)
@@ -1129,6 +1260,7 @@ void moe_experts_close(moe_expert_store *pub)
 	free(s->spans);
 	free(s->predicted);
 	free(s->visits);
+	free(s->hist);
 	free(s->pf_queue);
 	pthread_cond_destroy(&s->pop_cv);
 	pthread_mutex_destroy(&s->mu);
@@ -1174,6 +1306,8 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	s->p = *p;
 	s->pub = (moe_expert_store){.acquire = st_acquire, .release = st_release, .impl = s,
 				    .prefetch = p->no_prefetch ? NULL : st_prefetch};
+	s->hints = !p->no_prefetch;
+	s->hint_rng = 0x9e3779b97f4a7c15ull;
 	if (!p->no_overlap) {
 		s->pub.acquire_start = st_acquire_start;
 		s->pub.acquire_wait = st_acquire_wait;
@@ -1189,11 +1323,12 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	s->spans = calloc(nk, sizeof *s->spans);
 	s->predicted = calloc(nk, sizeof *s->predicted);
 	s->visits = calloc((size_t)s->n_layer, sizeof *s->visits);
+	s->hist = calloc(nk, sizeof *s->hist);
 	s->ahead = p->lookahead < 1 ? MOE_EXPERTS_LOOKAHEAD : p->lookahead > MOE_EXPERTS_MAX_LOOKAHEAD
 							? MOE_EXPERTS_MAX_LOOKAHEAD : p->lookahead;
 	s->pub.lookahead = s->ahead;
 	s->pf_queue = calloc(nk, sizeof *s->pf_queue); /* each key at most once */
-	if (!s->where || !s->spans || !s->predicted || !s->visits || !s->pf_queue) {
+	if (!s->where || !s->spans || !s->predicted || !s->visits || !s->hist || !s->pf_queue) {
 		rc = moe_err(e, MOE_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -1207,14 +1342,11 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 			continue;
 		for (int x = 0; x < s->n_expert; x++) {
 			span *sp = &s->spans[(size_t)il * s->n_expert + x];
-			if (moe_uth_expert(u, (uint16_t)il, (uint16_t)x, &sp->first, &sp->count) < 0) {
+			if (expert_span(m, (uint32_t)il, (uint32_t)x, sp) < 0) {
 				rc = moe_err(e, MOE_EFORMAT, "%s: no tensors tagged as expert %d of layer %d",
 					     u->path, x, il);
 				goto fail;
 			}
-			const moe_uth_tensor *a = &u->tensors[sp->first], *z = &a[sp->count - 1];
-			sp->off = a->offset;
-			sp->len = z->offset + z->size - a->offset;
 			const moe_weight *ws[3] = {&L->exp_gate[x], &L->exp_up[x], &L->exp_down[x]};
 			for (int j = 0; j < 3; j++) {
 				uint64_t o = (uint64_t)((const uint8_t *)ws[j]->data - u->map);
@@ -1323,6 +1455,7 @@ int moe_experts_open(moe_expert_store **out, const moe_model *m, const moe_exper
 	else if (s->n_slots == s->st.n_layer_experts) {
 		rc = load_all(s, e);
 		s->pub.prefetch = NULL; /* nothing is ever missing: no lookahead to pay for */
+		s->hints = false;
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (rc < 0)

@@ -211,24 +211,50 @@ static uint64_t hash_str(const char *s)
 	return XXH3_64bits(s, strlen(s));
 }
 
+/* Whether a slot is used and, if so, its key's hash. */
+typedef bool (*slot_hash_fn)(const void *slot, uint64_t *hash);
+
+/* Both sets are open-addressing tables with linear probing and a power-of-
+ * two capacity.  Returns the table of twice *cap slots (64 at first) of
+ * `size` bytes holding the used slots of `slots`, which it frees, and
+ * updates *cap; NULL when out of memory (slots and *cap unchanged). */
+static void *table_grow(void *slots, size_t *cap, size_t size, slot_hash_fn slot_hash)
+{
+	size_t ncap = *cap ? *cap * 2 : 64;
+	unsigned char *old = slots, *ns = calloc(ncap, size);
+	uint64_t h, unused;
+
+	if (!ns)
+		return NULL;
+	for (size_t i = 0; i < *cap; i++) {
+		if (!slot_hash(old + i * size, &h))
+			continue;
+		size_t j = h & (ncap - 1);
+		while (slot_hash(ns + j * size, &unused))
+			j = (j + 1) & (ncap - 1);
+		memcpy(ns + j * size, old + i * size, size);
+	}
+	free(slots);
+	*cap = ncap;
+	return ns;
+}
+
+static bool nameslot_hash(const void *slot, uint64_t *hash)
+{
+	const struct moe_uth_nameslot *ns = slot;
+	if (!ns->key)
+		return false;
+	*hash = hash_str(ns->key);
+	return true;
+}
+
 static int nameset_grow(moe_uth_nameset *s)
 {
-	size_t cap = s->cap ? s->cap * 2 : 64;
-	struct moe_uth_nameslot *ns = calloc(cap, sizeof(*ns));
+	struct moe_uth_nameslot *ns = table_grow(s->slot, &s->cap, sizeof(*ns), nameslot_hash);
 
 	if (!ns)
 		return MOE_ENOMEM;
-	for (size_t i = 0; i < s->cap; i++) {
-		if (!s->slot[i].key)
-			continue;
-		size_t j = hash_str(s->slot[i].key) & (cap - 1);
-		while (ns[j].key)
-			j = (j + 1) & (cap - 1);
-		ns[j] = s->slot[i];
-	}
-	free(s->slot);
 	s->slot = ns;
-	s->cap = cap;
 	return 0;
 }
 
@@ -276,24 +302,22 @@ static size_t hash_u32(uint32_t k)
 	return (size_t)(x >> 32);
 }
 
+static bool groupslot_hash(const void *slot, uint64_t *hash)
+{
+	const struct moe_uth_groupslot *gs = slot;
+	if (!gs->used)
+		return false;
+	*hash = hash_u32(gs->key);
+	return true;
+}
+
 static int groupset_grow(moe_uth_groupset *s)
 {
-	size_t cap = s->cap ? s->cap * 2 : 64;
-	struct moe_uth_groupslot *ns = calloc(cap, sizeof(*ns));
+	struct moe_uth_groupslot *ns = table_grow(s->slot, &s->cap, sizeof(*ns), groupslot_hash);
 
 	if (!ns)
 		return MOE_ENOMEM;
-	for (size_t i = 0; i < s->cap; i++) {
-		if (!s->slot[i].used)
-			continue;
-		size_t j = hash_u32(s->slot[i].key) & (cap - 1);
-		while (ns[j].used)
-			j = (j + 1) & (cap - 1);
-		ns[j] = s->slot[i];
-	}
-	free(s->slot);
 	s->slot = ns;
-	s->cap = cap;
 	return 0;
 }
 

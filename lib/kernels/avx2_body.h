@@ -842,7 +842,8 @@ INLINE __m256i bcast32_2(const uint8_t *p)
 /* T tokens x 16 rows over nsb unpacked super-blocks; acc[v][t] lane r is
  * the running sum of (row 8v + r, token t). */
 INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, int64_t i0,
-		     const uint8_t *x, size_t ldx, __m256 acc[2][GT2])
+		     const uint8_t *x, size_t ldx, const int32_t *gs, int64_t nb,
+		     __m256 acc[2][GT2])
 {
 	/* Steps of 4 codes per 16-bit partial sum; groups of 32 (16 for Q6_K,
 	 * Q2_K, Q3_K, whose codes are at most 7: 8 products fit 16 bits). */
@@ -915,18 +916,13 @@ INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, i
 		const int k45 = kind == KQ2_Q4_K || kind == KQ2_Q5_K;
 		MOE_UNROLL2 for (int t = 0; t < T; t++) {
 			const uint8_t *y = y0 + t * ldx;
-			const __m256i bsums =
-				_mm256_loadu_si256((const void *)(y + offsetof(moe_block_q8_k, bsums)));
-			int32_t bp[8] __attribute__((aligned(32)));
-			if (k45) {
-				/* The group sums (bsums 2j + 2j+1, at most 4064 in
-				 * magnitude) as 16-bit pairs in bp[0..3]. */
-				__m256i gs = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
-				gs = _mm256_packs_epi32(gs, gs);
-				_mm256_store_si256((void *)bp, _mm256_permute4x64_epi64(gs, 0x08));
-			} else {
-				_mm256_store_si256((void *)bp, bsums);
-			}
+			/* Q4_K/Q5_K: the token's group sums as 16-bit pairs,
+			 * made once per call (kq2_group_sums); the others the
+			 * bsums themselves.  Read from memory, each pair is
+			 * a broadcast load, no shuffle. */
+			const int32_t *bp =
+				k45 ? gs + ((size_t)t * (size_t)nb + (size_t)(i0 + sb)) * 4
+				    : (const int32_t *)(const void *)(y + offsetof(moe_block_q8_k, bsums));
 			float dy;
 			memcpy(&dy, y + offsetof(moe_block_q8_k, d), 4);
 			MOE_UNROLL2 for (int v = 0; v < 2; v++) {
@@ -937,7 +933,7 @@ INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, i
 							? _mm256_madd_epi16(
 								  _mm256_load_si256(
 									  (const void *)(pk->mm[sb][j] + 8 * v)),
-								  _mm256_set1_epi32(bp[j]))
+								  bcast32_2((const uint8_t *)(bp + j)))
 							: _mm256_setzero_si256();
 				__m256i ms = _mm256_add_epi32(_mm256_add_epi32(pr[0], pr[1]),
 							      _mm256_add_epi32(pr[2], pr[3]));
@@ -961,12 +957,38 @@ INLINE void kq2_tile(const int kind, const int T, const kq2_pack *pk, int nsb, i
 	}
 }
 
-INLINE void kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, size_t ldw,
+/* Q4_K/Q5_K: every (token, super-block)'s 8 group sums of the activations
+ * (bsums 2j + 2j+1, at most 4064 in magnitude) as 16-bit pairs, gs[(t * nb
+ * + i) * 4 + j] = sum_2j | sum_2j+1 << 16: made once per call instead of
+ * once per 16-row tile, which each tile's minimums then read. */
+INLINE void kq2_group_sums(int32_t *gs, const uint8_t *x, size_t ldx, int nt, int64_t nb)
+{
+	for (int t = 0; t < nt; t++)
+		for (int64_t i = 0; i < nb; i++) {
+			const uint8_t *y = x + (size_t)t * ldx + i * sizeof(moe_block_q8_k);
+			__m256i g = _mm256_madd_epi16(
+				_mm256_loadu_si256((const void *)(y + offsetof(moe_block_q8_k, bsums))),
+				_mm256_set1_epi16(1));
+			g = _mm256_packs_epi32(g, g);
+			_mm_storeu_si128((void *)(gs + ((size_t)t * (size_t)nb + (size_t)i) * 4),
+					 _mm256_castsi256_si128(_mm256_permute4x64_epi64(g, 0x08)));
+		}
+}
+
+/* false (nothing done) when no work buffer could be had. */
+INLINE bool kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, size_t ldw,
 		     const void *xp, size_t ldx, float *s, size_t lds)
 {
 	const uint8_t *w = wp, *x = xp;
 	const int64_t nb = n / MOE_QK_K;
 	kq2_pack pk __attribute__((aligned(32)));
+	int32_t *gs = NULL;
+	if (kind == KQ2_Q4_K || kind == KQ2_Q5_K) {
+		gs = moe_kernels_work_buffer((size_t)nt * (size_t)nb * 16);
+		if (!gs)
+			return false;
+		kq2_group_sums(gs, x, ldx, nt, nb);
+	}
 
 	for (int r0 = 0; r0 < nr; r0 += KR2) {
 		const int rows = nr - r0 < KR2 ? nr - r0 : KR2;
@@ -981,16 +1003,17 @@ INLINE void kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, 
 				const int T = nt - t0 < GT2 ? nt - t0 : GT2;
 				float *st = s + (size_t)t0 * lds + r0;
 				const uint8_t *xt = x + (size_t)t0 * ldx;
+				const int32_t *gst = gs ? gs + (size_t)t0 * (size_t)nb * 4 : NULL;
 				__m256 acc[2][GT2];
 				for (int v = 0; v < 2; v++)
 					for (int t = 0; t < T; t++)
 						acc[v][t] = i0 ? _mm256_maskload_ps(st + t * lds + 8 * v, m[v])
 							    : _mm256_setzero_ps();
 				switch (T) {
-				case 1: kq2_tile(kind, 1, &pk, nsb, i0, xt, ldx, acc); break;
-				case 2: kq2_tile(kind, 2, &pk, nsb, i0, xt, ldx, acc); break;
-				case 3: kq2_tile(kind, 3, &pk, nsb, i0, xt, ldx, acc); break;
-				default: kq2_tile(kind, 4, &pk, nsb, i0, xt, ldx, acc); break;
+				case 1: kq2_tile(kind, 1, &pk, nsb, i0, xt, ldx, gst, nb, acc); break;
+				case 2: kq2_tile(kind, 2, &pk, nsb, i0, xt, ldx, gst, nb, acc); break;
+				case 3: kq2_tile(kind, 3, &pk, nsb, i0, xt, ldx, gst, nb, acc); break;
+				default: kq2_tile(kind, 4, &pk, nsb, i0, xt, ldx, gst, nb, acc); break;
 				}
 				for (int v = 0; v < 2; v++)
 					for (int t = 0; t < T; t++)
@@ -998,6 +1021,7 @@ INLINE void kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, 
 			}
 		}
 	}
+	return true;
 }
 
 /* Below this many tokens the dot products (same bits, no unpacking). */
@@ -1007,10 +1031,8 @@ INLINE void kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, 
 	static void name##_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw,          \
 				const void *x, size_t ldx, float *s, size_t lds)               \
 	{                                                                                      \
-		if (nt >= KQ2_MIN_TOKENS) {                                                    \
-			kq2_gemm(kind, n, nr, nt, w, ldw, x, ldx, s, lds);                     \
+		if (nt >= KQ2_MIN_TOKENS && kq2_gemm(kind, n, nr, nt, w, ldw, x, ldx, s, lds)) \
 			return;                                                                \
-		}                                                                              \
 		for (int t = 0; t < nt; t++)                                                   \
 			for (int r = 0; r < nr; r++)                                           \
 				vec_dot_##name(n, s + t * lds + r, (const uint8_t *)w + r * ldw,   \
@@ -1628,38 +1650,68 @@ static void quantize_row_q8_0(const float *x, void *y, int64_t n)
 	}
 }
 
+/* As moe_q8_k_from_float: the first element of largest magnitude maps to
+ * -127, codes round to nearest even, bsums per 16.  Found with vector
+ * compares and packed 32 codes at a time, the bsums summed in vectors (a
+ * scalar search and a horizontal sum per 16 codes took half the time of
+ * avx512's quantiser again, about 1% of a prompt's). */
 static void quantize_row_q8_k(const float *x, void *y, int64_t n)
 {
 	moe_block_q8_k *b = y;
+	const __m256i ones = _mm256_set1_epi16(1);
+	/* packs_epi32 then packs_epi16 of q0..q3 (per 128-bit half) leave
+	 * the first four codes of q_j in dword j and the last four in dword
+	 * 4 + j. */
+	const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 	for (int64_t i = 0; i < n / MOE_QK_K; i++, x += MOE_QK_K, b++) {
-		__m256 am = _mm256_setzero_ps();
-		for (int j = 0; j < 32; j++)
-			am = _mm256_max_ps(am, abs8(_mm256_loadu_ps(x + 8 * j)));
+		__m256 v[32], am = _mm256_setzero_ps();
+		MOE_UNROLL2 for (int j = 0; j < 32; j++) {
+			v[j] = _mm256_loadu_ps(x + 8 * j);
+			am = _mm256_max_ps(am, abs8(v[j]));
+		}
 		float amax = hmax8(am), max = 0.0f;
 		if (!(amax > 0.0f)) {
 			memset(b, 0, sizeof(*b));
 			continue;
 		}
-		for (int j = 0; j < MOE_QK_K; j++) {
-			if (__builtin_fabsf(x[j]) == amax) {
-				max = x[j];
+		const __m256 va = _mm256_set1_ps(amax);
+		for (int j = 0; j < 32; j++) {
+			int k = _mm256_movemask_ps(_mm256_cmp_ps(abs8(v[j]), va, _CMP_EQ_OQ));
+			if (k) {
+				max = x[8 * j + __builtin_ctz((unsigned)k)];
 				break;
 			}
 		}
 		float iscale = -127.0f / max;
-		__m256 vs = _mm256_set1_ps(iscale);
-		for (int g = 0; g < 16; g++) {
-			__m256i s = _mm256_setzero_si256();
-			for (int j = 0; j < 2; j++) {
-				__m256i q = _mm256_cvtps_epi32(
-					_mm256_mul_ps(_mm256_loadu_ps(x + 16 * g + 8 * j), vs));
-				q = _mm256_max_epi32(_mm256_min_epi32(q, _mm256_set1_epi32(127)),
-						     _mm256_set1_epi32(-127));
-				store8_i8((uint8_t *)b->qs + 16 * g + 8 * j, q);
-				s = _mm256_add_epi32(s, q);
+		const __m256 vs = _mm256_set1_ps(iscale);
+		__m128i bs[4];
+		MOE_UNROLL2 for (int c = 0; c < 8; c++) {
+			__m256i q[4];
+			MOE_UNROLL2 for (int j = 0; j < 4; j++) {
+				q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[4 * c + j], vs));
+				q[j] = _mm256_max_epi32(_mm256_min_epi32(q[j], _mm256_set1_epi32(127)),
+							_mm256_set1_epi32(-127));
 			}
-			b->bsums[g] = (int16_t)hsum8i(s);
+			const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);
+			const __m256i p23 = _mm256_packs_epi32(q[2], q[3]);
+			_mm256_storeu_si256((void *)(b->qs + 32 * c),
+					    _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
+									order));
+			/* Sums of codes 32c .. +15 (p01) and +16 .. +31 (p23):
+			 * bsums 2c and 2c+1 in lanes 0 and 1 of s. */
+			__m256i s = _mm256_hadd_epi32(_mm256_madd_epi16(p01, ones),
+						      _mm256_madd_epi16(p23, ones));
+			s = _mm256_hadd_epi32(s, s);
+			const __m128i s2 = _mm_add_epi32(_mm256_castsi256_si128(s),
+							 _mm256_extracti128_si256(s, 1));
+			if (c % 2 == 0)
+				bs[c / 2] = s2;
+			else
+				bs[c / 2] = _mm_unpacklo_epi64(bs[c / 2], s2);
 		}
+		/* At most 16 * 127 in magnitude: packs is exact. */
+		_mm_storeu_si128((void *)b->bsums, _mm_packs_epi32(bs[0], bs[1]));
+		_mm_storeu_si128((void *)(b->bsums + 8), _mm_packs_epi32(bs[2], bs[3]));
 		b->d = 1.0f / iscale;
 	}
 }

@@ -17,30 +17,8 @@
 /* ----------------------------------------------------------- float weights */
 
 /* Four partial sums keep the dependency chains short; the order is fixed so
- * results are reproducible. */
-static void moe_vec_dot_f32_f32_generic(int64_t n, float *s, const void *w, const void *x)
-{
-	const uint8_t *pw = w;
-	const float *px = x;
-	float acc[4] = {0};
-	int64_t i = 0;
-
-	for (; i + 4 <= n; i += 4) {
-		for (int j = 0; j < 4; j++) {
-			float v;
-			memcpy(&v, pw + 4 * (i + j), 4);
-			acc[j] += v * px[i + j];
-		}
-	}
-	for (; i < n; i++) {
-		float v;
-		memcpy(&v, pw + 4 * i, 4);
-		acc[0] += v * px[i];
-	}
-	*s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-}
-
-#define MOE_DOT_HALF(name, conv)                                                       \
+ * results are reproducible.  load(pw, i) is weight element i as a float. */
+#define MOE_DOT_FLOAT(name, load)                                                      \
 	static void name(int64_t n, float *s, const void *w, const void *x)            \
 	{                                                                              \
 		const uint8_t *pw = w;                                                 \
@@ -48,24 +26,45 @@ static void moe_vec_dot_f32_f32_generic(int64_t n, float *s, const void *w, cons
 		float acc[4] = {0};                                                    \
 		int64_t i = 0;                                                         \
 		for (; i + 4 <= n; i += 4) {                                           \
-			for (int j = 0; j < 4; j++) {                                  \
-				uint16_t h;                                            \
-				memcpy(&h, pw + 2 * (i + j), 2);                       \
-				acc[j] += conv(h) * px[i + j];                         \
-			}                                                              \
+			for (int j = 0; j < 4; j++)                                    \
+				acc[j] += load(pw, i + j) * px[i + j];                 \
 		}                                                                      \
-		for (; i < n; i++) {                                                   \
-			uint16_t h;                                                    \
-			memcpy(&h, pw + 2 * i, 2);                                     \
-			acc[0] += conv(h) * px[i];                                     \
-		}                                                                      \
+		for (; i < n; i++)                                                     \
+			acc[0] += load(pw, i) * px[i];                                 \
 		*s = (acc[0] + acc[1]) + (acc[2] + acc[3]);                            \
 	}
 
-MOE_DOT_HALF(moe_vec_dot_f16_f32_generic, moe_f16_to_f32)
-MOE_DOT_HALF(moe_vec_dot_bf16_f32_generic, moe_bf16_to_f32)
+/* The weights may be unaligned in the mapped file: memcpy, not a cast. */
+static inline float load_f32(const uint8_t *pw, int64_t i)
+{
+	float v;
+	memcpy(&v, pw + 4 * i, 4);
+	return v;
+}
+
+static inline float load_f16(const uint8_t *pw, int64_t i)
+{
+	uint16_t h;
+	memcpy(&h, pw + 2 * i, 2);
+	return moe_f16_to_f32(h);
+}
+
+static inline float load_bf16(const uint8_t *pw, int64_t i)
+{
+	uint16_t h;
+	memcpy(&h, pw + 2 * i, 2);
+	return moe_bf16_to_f32(h);
+}
+
+MOE_DOT_FLOAT(moe_vec_dot_f32_f32_generic, load_f32)
+MOE_DOT_FLOAT(moe_vec_dot_f16_f32_generic, load_f16)
+MOE_DOT_FLOAT(moe_vec_dot_bf16_f32_generic, load_bf16)
 
 /* ------------------------------------------------- 32-element block types */
+
+/* The integer sums of one block's codes times its activation codes y[32],
+ * one function per way of storing the codes.  Code j of the first 16 pairs
+ * with y[j]; the high nibbles hold codes 16-31 and pair with y[j + 16]. */
 
 /* Sum of the 32 codes of an activation block. */
 static int q8_sum(const int8_t *q)
@@ -74,6 +73,54 @@ static int q8_sum(const int8_t *q)
 	for (int j = 0; j < MOE_QK; j++)
 		s += q[j];
 	return s;
+}
+
+/* 4-bit codes (Q4_0, Q4_1). */
+static int dot_nibbles(const uint8_t *qs, const int8_t *y)
+{
+	int sum = 0;
+	for (int j = 0; j < MOE_QK / 2; j++)
+		sum += (qs[j] & 0x0F) * y[j] + (qs[j] >> 4) * y[j + 16];
+	return sum;
+}
+
+static uint32_t load_u32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* 5-bit codes (Q5_0, Q5_1): the nibble plus bit j of the u32 qh. */
+static int dot_5bit(const uint8_t *qs, const uint8_t *qh, const int8_t *y)
+{
+	uint32_t h = load_u32(qh);
+	int sum = 0;
+	for (int j = 0; j < MOE_QK / 2; j++) {
+		int q0 = (qs[j] & 0x0F) | ((h >> j) & 1) << 4;
+		int q1 = (qs[j] >> 4) | ((h >> (j + 16)) & 1) << 4;
+		sum += q0 * y[j] + q1 * y[j + 16];
+	}
+	return sum;
+}
+
+/* Code-book nibbles (IQ4_NL, MXFP4, an IQ4_XS group): the table values are
+ * integers, so the sum stays integral. */
+static int dot_book(const int8_t *kv, const uint8_t *qs, const int8_t *y)
+{
+	int sum = 0;
+	for (int j = 0; j < MOE_QK / 2; j++)
+		sum += kv[qs[j] & 0x0F] * y[j] + kv[qs[j] >> 4] * y[j + 16];
+	return sum;
+}
+
+/* x = d * q + m: d * dy * sum(q * y) + m * dy * sum(y).  The sum of the
+ * codes is recomputed rather than taken from Q8_1's s, which is rounded to
+ * f16 and would cost about 3 decimal digits of the offset term. */
+static inline float dot_offset_block(uint16_t d, uint16_t m, const moe_block_q8_1 *y, int sum)
+{
+	float dy = H2F(y->d);
+	return H2F(d) * dy * (float)sum + H2F(m) * dy * (float)q8_sum(y->qs);
 }
 
 static void moe_vec_dot_q8_0_q8_0_generic(int64_t n, float *s, const void *w, const void *x)
@@ -99,43 +146,24 @@ static void moe_vec_dot_q4_0_q8_0_generic(int64_t n, float *s, const void *w, co
 	float acc = 0.0f;
 
 	for (int64_t i = 0; i < n / MOE_QK; i++) {
-		int sum = 0;
-		for (int j = 0; j < MOE_QK / 2; j++)
-			sum += (b[i].qs[j] & 0x0F) * y[i].qs[j] +
-			       (b[i].qs[j] >> 4) * y[i].qs[j + 16];
-		sum -= 8 * q8_sum(y[i].qs);
+		int sum = dot_nibbles(b[i].qs, y[i].qs) - 8 * q8_sum(y[i].qs);
 		acc += H2F(b[i].d) * H2F(y[i].d) * (float)sum;
 	}
 	*s = acc;
 }
 
-/* x = d * q + m: d * dy * sum(q * y) + m * dy * sum(y).  The sum of the
- * codes is recomputed rather than taken from Q8_1's s, which is rounded to
- * f16 and would cost about 3 decimal digits of the offset term. */
 static void moe_vec_dot_q4_1_q8_1_generic(int64_t n, float *s, const void *w, const void *x)
 {
 	const moe_block_q4_1 *b = w;
 	const moe_block_q8_1 *y = x;
 	float acc = 0.0f;
 
-	for (int64_t i = 0; i < n / MOE_QK; i++) {
-		int sum = 0;
-		for (int j = 0; j < MOE_QK / 2; j++)
-			sum += (b[i].qs[j] & 0x0F) * y[i].qs[j] +
-			       (b[i].qs[j] >> 4) * y[i].qs[j + 16];
-		float dy = H2F(y[i].d);
-		acc += H2F(b[i].d) * dy * (float)sum + H2F(b[i].m) * dy * (float)q8_sum(y[i].qs);
-	}
+	for (int64_t i = 0; i < n / MOE_QK; i++)
+		acc += dot_offset_block(b[i].d, b[i].m, &y[i], dot_nibbles(b[i].qs, y[i].qs));
 	*s = acc;
 }
 
-static uint32_t load_u32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
+/* x = d * (q - 16), as Q4_0. */
 static void moe_vec_dot_q5_0_q8_0_generic(int64_t n, float *s, const void *w, const void *x)
 {
 	const moe_block_q5_0 *b = w;
@@ -143,14 +171,7 @@ static void moe_vec_dot_q5_0_q8_0_generic(int64_t n, float *s, const void *w, co
 	float acc = 0.0f;
 
 	for (int64_t i = 0; i < n / MOE_QK; i++) {
-		uint32_t qh = load_u32(b[i].qh);
-		int sum = 0;
-		for (int j = 0; j < MOE_QK / 2; j++) {
-			int q0 = (b[i].qs[j] & 0x0F) | ((qh >> j) & 1) << 4;
-			int q1 = (b[i].qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
-			sum += q0 * y[i].qs[j] + q1 * y[i].qs[j + 16];
-		}
-		sum -= 16 * q8_sum(y[i].qs);
+		int sum = dot_5bit(b[i].qs, b[i].qh, y[i].qs) - 16 * q8_sum(y[i].qs);
 		acc += H2F(b[i].d) * H2F(y[i].d) * (float)sum;
 	}
 	*s = acc;
@@ -162,22 +183,12 @@ static void moe_vec_dot_q5_1_q8_1_generic(int64_t n, float *s, const void *w, co
 	const moe_block_q8_1 *y = x;
 	float acc = 0.0f;
 
-	for (int64_t i = 0; i < n / MOE_QK; i++) {
-		uint32_t qh = load_u32(b[i].qh);
-		int sum = 0;
-		for (int j = 0; j < MOE_QK / 2; j++) {
-			int q0 = (b[i].qs[j] & 0x0F) | ((qh >> j) & 1) << 4;
-			int q1 = (b[i].qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
-			sum += q0 * y[i].qs[j] + q1 * y[i].qs[j + 16];
-		}
-		float dy = H2F(y[i].d);
-		acc += H2F(b[i].d) * dy * (float)sum + H2F(b[i].m) * dy * (float)q8_sum(y[i].qs);
-	}
+	for (int64_t i = 0; i < n / MOE_QK; i++)
+		acc += dot_offset_block(b[i].d, b[i].m, &y[i],
+					dot_5bit(b[i].qs, b[i].qh, y[i].qs));
 	*s = acc;
 }
 
-/* Code-book types: the table values are integers, so the block sum stays
- * integral. */
 static void moe_vec_dot_iq4_nl_q8_0_generic(int64_t n, float *s, const void *w, const void *x)
 {
 	const moe_block_iq4_nl *b = w;
@@ -185,10 +196,7 @@ static void moe_vec_dot_iq4_nl_q8_0_generic(int64_t n, float *s, const void *w, 
 	float acc = 0.0f;
 
 	for (int64_t i = 0; i < n / MOE_QK; i++) {
-		int sum = 0;
-		for (int j = 0; j < MOE_QK / 2; j++)
-			sum += moe_kvalues_iq4nl[b[i].qs[j] & 0x0F] * y[i].qs[j] +
-			       moe_kvalues_iq4nl[b[i].qs[j] >> 4] * y[i].qs[j + 16];
+		int sum = dot_book(moe_kvalues_iq4nl, b[i].qs, y[i].qs);
 		acc += H2F(b[i].d) * H2F(y[i].d) * (float)sum;
 	}
 	*s = acc;
@@ -201,10 +209,7 @@ static void moe_vec_dot_mxfp4_q8_0_generic(int64_t n, float *s, const void *w, c
 	float acc = 0.0f;
 
 	for (int64_t i = 0; i < n / MOE_QK; i++) {
-		int sum = 0;
-		for (int j = 0; j < MOE_QK / 2; j++)
-			sum += moe_kvalues_mxfp4[b[i].qs[j] & 0x0F] * y[i].qs[j] +
-			       moe_kvalues_mxfp4[b[i].qs[j] >> 4] * y[i].qs[j + 16];
+		int sum = dot_book(moe_kvalues_mxfp4, b[i].qs, y[i].qs);
 		acc += moe_e8m0_to_f32_half(b[i].e) * H2F(y[i].d) * (float)sum;
 	}
 	*s = acc;
@@ -265,6 +270,30 @@ static void moe_vec_dot_q3_k_q8_k_generic(int64_t n, float *s, const void *w, co
 	*s = acc;
 }
 
+/* Q4_K / Q5_K: eight groups of 32 with 6-bit scale and min codes; qh holds
+ * Q5_K's fifth bits (bit g of qh[l] for element l of group g), NULL for Q4_K.
+ * *sumi = sum of sc * (q . y), *summ = sum of m * sum(y), per super-block. */
+static void k4_sums(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+		    const moe_block_q8_k *y, int32_t *sumi, int32_t *summ)
+{
+	*sumi = *summ = 0;
+	for (int g = 0; g < 8; g++) {
+		uint8_t sc, m;
+		moe_k4_scale_min(scales, g, &sc, &m);
+		const uint8_t *q = qs + 32 * (g / 2);
+		const int8_t *a = y->qs + 32 * g;
+		int shift = 4 * (g % 2), sum = 0;
+		for (int l = 0; l < 32; l++) {
+			int v = (q[l] >> shift) & 0x0F;
+			if (qh)
+				v |= ((qh[l] >> g) & 1) << 4;
+			sum += v * a[l];
+		}
+		*sumi += sc * sum;
+		*summ += m * (y->bsums[2 * g] + y->bsums[2 * g + 1]);
+	}
+}
+
 static void moe_vec_dot_q4_k_q8_k_generic(int64_t n, float *s, const void *w, const void *x)
 {
 	const moe_block_q4_k *b = w;
@@ -272,18 +301,8 @@ static void moe_vec_dot_q4_k_q8_k_generic(int64_t n, float *s, const void *w, co
 	float acc = 0.0f;
 
 	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
-		int32_t sumi = 0, summ = 0;
-		for (int g = 0; g < 8; g++) {
-			uint8_t sc, m;
-			moe_k4_scale_min(b[i].scales, g, &sc, &m);
-			const uint8_t *q = b[i].qs + 32 * (g / 2);
-			const int8_t *a = y[i].qs + 32 * g;
-			int shift = 4 * (g % 2), sum = 0;
-			for (int l = 0; l < 32; l++)
-				sum += ((q[l] >> shift) & 0x0F) * a[l];
-			sumi += sc * sum;
-			summ += m * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
-		}
+		int32_t sumi, summ;
+		k4_sums(b[i].scales, b[i].qs, NULL, &y[i], &sumi, &summ);
 		acc += y[i].d * (H2F(b[i].d) * (float)sumi - H2F(b[i].dmin) * (float)summ);
 	}
 	*s = acc;
@@ -296,20 +315,8 @@ static void moe_vec_dot_q5_k_q8_k_generic(int64_t n, float *s, const void *w, co
 	float acc = 0.0f;
 
 	for (int64_t i = 0; i < n / MOE_QK_K; i++) {
-		int32_t sumi = 0, summ = 0;
-		for (int g = 0; g < 8; g++) {
-			uint8_t sc, m;
-			moe_k4_scale_min(b[i].scales, g, &sc, &m);
-			const uint8_t *q = b[i].qs + 32 * (g / 2);
-			const int8_t *a = y[i].qs + 32 * g;
-			int shift = 4 * (g % 2), sum = 0;
-			for (int l = 0; l < 32; l++) {
-				int v = ((q[l] >> shift) & 0x0F) | ((b[i].qh[l] >> g) & 1) << 4;
-				sum += v * a[l];
-			}
-			sumi += sc * sum;
-			summ += m * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
-		}
+		int32_t sumi, summ;
+		k4_sums(b[i].scales, b[i].qs, b[i].qh, &y[i], &sumi, &summ);
 		acc += y[i].d * (H2F(b[i].d) * (float)sumi - H2F(b[i].dmin) * (float)summ);
 	}
 	*s = acc;
@@ -353,11 +360,7 @@ static void moe_vec_dot_iq4_xs_q8_k_generic(int64_t n, float *s, const void *w, 
 				 ((b[i].scales_h >> (2 * g)) & 3) << 4;
 			const uint8_t *q = b[i].qs + 16 * g;
 			const int8_t *a = y[i].qs + 32 * g;
-			int sum = 0;
-			for (int l = 0; l < 16; l++)
-				sum += moe_kvalues_iq4nl[q[l] & 0x0F] * a[l] +
-				       moe_kvalues_iq4nl[q[l] >> 4] * a[l + 16];
-			sumi += (ls - 32) * sum;
+			sumi += (ls - 32) * dot_book(moe_kvalues_iq4nl, q, a);
 		}
 		acc += y[i].d * H2F(b[i].d) * (float)sumi;
 	}

@@ -389,62 +389,74 @@ static void pack_nibbles32(uint8_t *qs, const int *q)
 		qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
 }
 
+/* 5-bit codes in [0, 31]: the fifth bits to qh (bit j = code j's), the low
+ * four to qs (Q5_0 and Q5_1 share the layout). */
+static void pack_5bit32(uint8_t *qs, uint8_t *qh, int *q)
+{
+	uint32_t h = 0;
+	for (int j = 0; j < MOE_QK; j++) {
+		h |= (uint32_t)(q[j] >> 4) << j;
+		q[j] &= 0x0F;
+	}
+	pack_nibbles32(qs, q);
+	memcpy(qh, &h, 4);
+}
+
 /* ----------------------------------------------- 32-element block types */
 
-static void quant_q4_0(const float *x, void *dst, int64_t n, const float *w)
+/* One 32-element block: x[32] with weights ww[32] into the block at blk. */
+typedef void (*block_quant_fn)(const float *x, const float *ww, void *blk);
+
+/* Every 32-element block type loops the same way: the block's slice of the
+ * importance weights (or ones), then the type's own block function. */
+static void quant_blocks32(const float *x, void *dst, int64_t n, const float *w, size_t bsize,
+			   block_quant_fn quant_block)
 {
-	moe_block_q4_0 *b = dst;
+	uint8_t *b = dst;
 	float ones[MOE_QK];
-	for (int64_t i = 0; i < n / MOE_QK; i++, b++, x += MOE_QK) {
-		const float *ww = group_weights(w ? w + i * MOE_QK : NULL, MOE_QK, ones);
-		int q[MOE_QK];
-		float d;
-		search_scale(x, ww, MOE_QK, -8, 7, &d, q);
-		b->d = F2H(d);
-		err_scale(x, ww, MOE_QK, H2F(b->d), -8, 7, q);
-		for (int j = 0; j < MOE_QK; j++)
-			q[j] += 8;
-		pack_nibbles32(b->qs, q);
-	}
+	for (int64_t i = 0; i < n / MOE_QK; i++, b += bsize, x += MOE_QK)
+		quant_block(x, group_weights(w ? w + i * MOE_QK : NULL, MOE_QK, ones), b);
 }
 
-static void quant_q5_0(const float *x, void *dst, int64_t n, const float *w)
+/* Q4_0 / Q5_0 / Q8_0: x = d q, q in [lo, hi], with f16 d (returned as its
+ * bits); codes chosen for the stored (rounded) d. */
+static uint16_t scale_block(const float *x, const float *ww, int lo, int hi, int *q)
 {
-	moe_block_q5_0 *b = dst;
-	float ones[MOE_QK];
-	for (int64_t i = 0; i < n / MOE_QK; i++, b++, x += MOE_QK) {
-		const float *ww = group_weights(w ? w + i * MOE_QK : NULL, MOE_QK, ones);
-		int q[MOE_QK];
-		float d;
-		search_scale(x, ww, MOE_QK, -16, 15, &d, q);
-		b->d = F2H(d);
-		err_scale(x, ww, MOE_QK, H2F(b->d), -16, 15, q);
-		uint32_t qh = 0;
-		for (int j = 0; j < MOE_QK; j++) {
-			q[j] += 16;
-			qh |= (uint32_t)(q[j] >> 4) << j;
-			q[j] &= 0x0F;
-		}
-		pack_nibbles32(b->qs, q);
-		memcpy(b->qh, &qh, 4);
-	}
+	float d;
+	search_scale(x, ww, MOE_QK, lo, hi, &d, q);
+	uint16_t h = F2H(d);
+	err_scale(x, ww, MOE_QK, H2F(h), lo, hi, q);
+	return h;
 }
 
-static void quant_q8_0(const float *x, void *dst, int64_t n, const float *w)
+static void block_q4_0(const float *x, const float *ww, void *blk)
 {
-	moe_block_q8_0 *b = dst;
-	float ones[MOE_QK];
-	for (int64_t i = 0; i < n / MOE_QK; i++, b++, x += MOE_QK) {
-		const float *ww = group_weights(w ? w + i * MOE_QK : NULL, MOE_QK, ones);
-		int q[MOE_QK];
-		float d;
-		/* [-127, 127]: the SIMD kernels negate codes. */
-		search_scale(x, ww, MOE_QK, -127, 127, &d, q);
-		b->d = F2H(d);
-		err_scale(x, ww, MOE_QK, H2F(b->d), -127, 127, q);
-		for (int j = 0; j < MOE_QK; j++)
-			b->qs[j] = (int8_t)q[j];
-	}
+	moe_block_q4_0 *b = blk;
+	int q[MOE_QK];
+	b->d = scale_block(x, ww, -8, 7, q);
+	for (int j = 0; j < MOE_QK; j++)
+		q[j] += 8;
+	pack_nibbles32(b->qs, q);
+}
+
+static void block_q5_0(const float *x, const float *ww, void *blk)
+{
+	moe_block_q5_0 *b = blk;
+	int q[MOE_QK];
+	b->d = scale_block(x, ww, -16, 15, q);
+	for (int j = 0; j < MOE_QK; j++)
+		q[j] += 16;
+	pack_5bit32(b->qs, b->qh, q);
+}
+
+static void block_q8_0(const float *x, const float *ww, void *blk)
+{
+	moe_block_q8_0 *b = blk;
+	int q[MOE_QK];
+	/* [-127, 127]: the SIMD kernels negate codes. */
+	b->d = scale_block(x, ww, -127, 127, q);
+	for (int j = 0; j < MOE_QK; j++)
+		b->qs[j] = (int8_t)q[j];
 }
 
 /* Q4_1 / Q5_1: x = d q + m with f16 d and m; codes chosen for the stored
@@ -459,55 +471,37 @@ static void scale_min_block(const float *x, const float *ww, int nmax, uint16_t 
 	err_scale_min(x, ww, MOE_QK, H2F(*dh), H2F(*mh), nmax, q);
 }
 
-static void quant_q4_1(const float *x, void *dst, int64_t n, const float *w)
+static void block_q4_1(const float *x, const float *ww, void *blk)
 {
-	moe_block_q4_1 *b = dst;
-	float ones[MOE_QK];
-	for (int64_t i = 0; i < n / MOE_QK; i++, b++, x += MOE_QK) {
-		const float *ww = group_weights(w ? w + i * MOE_QK : NULL, MOE_QK, ones);
-		int q[MOE_QK];
-		uint16_t dh, mh;
-		scale_min_block(x, ww, 15, &dh, &mh, q);
-		b->d = dh;
-		b->m = mh;
-		pack_nibbles32(b->qs, q);
-	}
+	moe_block_q4_1 *b = blk;
+	int q[MOE_QK];
+	uint16_t dh, mh;
+	scale_min_block(x, ww, 15, &dh, &mh, q);
+	b->d = dh; /* via locals: the block is packed */
+	b->m = mh;
+	pack_nibbles32(b->qs, q);
 }
 
-static void quant_q5_1(const float *x, void *dst, int64_t n, const float *w)
+static void block_q5_1(const float *x, const float *ww, void *blk)
 {
-	moe_block_q5_1 *b = dst;
-	float ones[MOE_QK];
-	for (int64_t i = 0; i < n / MOE_QK; i++, b++, x += MOE_QK) {
-		const float *ww = group_weights(w ? w + i * MOE_QK : NULL, MOE_QK, ones);
-		int q[MOE_QK];
-		uint16_t dh, mh;
-		scale_min_block(x, ww, 31, &dh, &mh, q);
-		b->d = dh;
-		b->m = mh;
-		uint32_t qh = 0;
-		for (int j = 0; j < MOE_QK; j++) {
-			qh |= (uint32_t)(q[j] >> 4) << j;
-			q[j] &= 0x0F;
-		}
-		pack_nibbles32(b->qs, q);
-		memcpy(b->qh, &qh, 4);
-	}
+	moe_block_q5_1 *b = blk;
+	int q[MOE_QK];
+	uint16_t dh, mh;
+	scale_min_block(x, ww, 31, &dh, &mh, q);
+	b->d = dh; /* via locals: the block is packed */
+	b->m = mh;
+	pack_5bit32(b->qs, b->qh, q);
 }
 
-static void quant_iq4_nl(const float *x, void *dst, int64_t n, const float *w)
+static void block_iq4_nl(const float *x, const float *ww, void *blk)
 {
-	moe_block_iq4_nl *b = dst;
-	float ones[MOE_QK];
-	for (int64_t i = 0; i < n / MOE_QK; i++, b++, x += MOE_QK) {
-		const float *ww = group_weights(w ? w + i * MOE_QK : NULL, MOE_QK, ones);
-		int q[MOE_QK];
-		float d;
-		search_book(x, ww, MOE_QK, &d, q);
-		b->d = F2H(d);
-		err_book(x, ww, MOE_QK, H2F(b->d), q);
-		pack_nibbles32(b->qs, q);
-	}
+	moe_block_iq4_nl *b = blk;
+	int q[MOE_QK];
+	float d;
+	search_book(x, ww, MOE_QK, &d, q);
+	b->d = F2H(d);
+	err_book(x, ww, MOE_QK, H2F(b->d), q);
+	pack_nibbles32(b->qs, q);
 }
 
 /* MXFP4: the scale is a power of two, so the search is over the exponent:
@@ -532,38 +526,48 @@ static double mxfp4_err(const float *x, const float *ww, int e, int *q)
 	return err;
 }
 
-static void quant_mxfp4(const float *x, void *dst, int64_t n, const float *w)
+static void block_mxfp4(const float *x, const float *ww, void *blk)
 {
-	moe_block_mxfp4 *b = dst;
-	float ones[MOE_QK];
-	for (int64_t i = 0; i < n / MOE_QK; i++, b++, x += MOE_QK) {
-		const float *ww = group_weights(w ? w + i * MOE_QK : NULL, MOE_QK, ones);
-		int q[MOE_QK], bq[MOE_QK];
-		float amax;
-		signed_max(x, MOE_QK, &amax);
-		int e0 = 0;
-		if (amax > 0.0f && isfinite(amax))
-			e0 = (int)floorf(log2f(amax)) - 2 + 127;
-		double best = DBL_MAX;
-		int be = 0;
-		for (int e = e0 - 1; e <= e0 + 1; e++) {
-			if (e < 0 || e > 254)
-				continue;
-			double err = mxfp4_err(x, ww, e, q);
-			if (err < best) {
-				best = err;
-				be = e;
-				memcpy(bq, q, sizeof(q));
-			}
+	moe_block_mxfp4 *b = blk;
+	int q[MOE_QK], bq[MOE_QK];
+	float amax;
+	signed_max(x, MOE_QK, &amax);
+	int e0 = 0;
+	if (amax > 0.0f && isfinite(amax))
+		e0 = (int)floorf(log2f(amax)) - 2 + 127;
+	double best = DBL_MAX;
+	int be = 0;
+	for (int e = e0 - 1; e <= e0 + 1; e++) {
+		if (e < 0 || e > 254)
+			continue;
+		double err = mxfp4_err(x, ww, e, q);
+		if (err < best) {
+			best = err;
+			be = e;
+			memcpy(bq, q, sizeof(q));
 		}
-		if (best == DBL_MAX) { /* e0 far outside: clamp like the reference */
-			be = e0 < 0 ? 0 : 254;
-			mxfp4_err(x, ww, be, bq);
-		}
-		b->e = (uint8_t)be;
-		pack_nibbles32(b->qs, bq);
 	}
+	if (best == DBL_MAX) { /* e0 far outside: clamp like the reference */
+		be = e0 < 0 ? 0 : 254;
+		mxfp4_err(x, ww, be, bq);
+	}
+	b->e = (uint8_t)be;
+	pack_nibbles32(b->qs, bq);
 }
+
+/* quant_<name>: moe_quant_fn's entry for a 32-element block type. */
+#define QUANT_BLOCKS32(name)                                                                  \
+	static void quant_##name(const float *x, void *dst, int64_t n, const float *w)        \
+	{                                                                                     \
+		quant_blocks32(x, dst, n, w, sizeof(moe_block_##name), block_##name);         \
+	}
+QUANT_BLOCKS32(q4_0)
+QUANT_BLOCKS32(q4_1)
+QUANT_BLOCKS32(q5_0)
+QUANT_BLOCKS32(q5_1)
+QUANT_BLOCKS32(q8_0)
+QUANT_BLOCKS32(iq4_nl)
+QUANT_BLOCKS32(mxfp4)
 
 /* ------------------------------------------------------- K super-blocks */
 
@@ -731,42 +735,48 @@ static void pack_k4_scales(uint8_t *scales, const int *ls, const int *lm)
 	}
 }
 
+/* Q4_K / Q5_K super-block: eight groups of 32 with 6-bit sub-scale and
+ * sub-min codes; the low nibbles of elements 64p + l and 64p + 32 + l share
+ * qs[32p + l]; Q5_K's fifth bits go to qh (bits 2p and 2p + 1 of qh[l]),
+ * NULL for Q4_K.  dm[0], dm[1]: the f16 d and dmin (the blocks are packed:
+ * the caller stores them). */
+static void quant_k4_block(const float *x, const float *w, int nmax, uint16_t *dm,
+			   uint8_t *scales, uint8_t *qs, uint8_t *qh)
+{
+	int L[MOE_QK_K], sc[8], mc[8];
+	kquant_scale_min(x, w, 8, nmax, 63, &dm[0], &dm[1], sc, mc, L);
+	pack_k4_scales(scales, sc, mc);
+	if (qh)
+		memset(qh, 0, MOE_QK_K / 8);
+	for (int p = 0; p < 4; p++) {
+		for (int l = 0; l < 32; l++) {
+			int lo = L[64 * p + l], hi = L[64 * p + 32 + l];
+			qs[32 * p + l] = (uint8_t)((lo & 0x0F) | (hi & 0x0F) << 4);
+			if (qh)
+				qh[l] |= (uint8_t)((lo >> 4) << (2 * p) | (hi >> 4) << (2 * p + 1));
+		}
+	}
+}
+
 static void quant_q4_k(const float *x, void *dst, int64_t n, const float *w)
 {
 	moe_block_q4_k *b = dst;
+	uint16_t dm[2];
 	for (int64_t i = 0; i < n / MOE_QK_K; i++, b++, x += MOE_QK_K) {
-		int L[MOE_QK_K], sc[8], mc[8];
-		uint16_t dh, dminh;
-		kquant_scale_min(x, w ? w + i * MOE_QK_K : NULL, 8, 15, 63, &dh, &dminh,
-				 sc, mc, L);
-		b->d = dh;
-		b->dmin = dminh;
-		pack_k4_scales(b->scales, sc, mc);
-		for (int p = 0; p < 4; p++)
-			for (int l = 0; l < 32; l++)
-				b->qs[32 * p + l] = (uint8_t)(L[64 * p + l] | L[64 * p + 32 + l] << 4);
+		quant_k4_block(x, w ? w + i * MOE_QK_K : NULL, 15, dm, b->scales, b->qs, NULL);
+		b->d = dm[0];
+		b->dmin = dm[1];
 	}
 }
 
 static void quant_q5_k(const float *x, void *dst, int64_t n, const float *w)
 {
 	moe_block_q5_k *b = dst;
+	uint16_t dm[2];
 	for (int64_t i = 0; i < n / MOE_QK_K; i++, b++, x += MOE_QK_K) {
-		int L[MOE_QK_K], sc[8], mc[8];
-		uint16_t dh, dminh;
-		kquant_scale_min(x, w ? w + i * MOE_QK_K : NULL, 8, 31, 63, &dh, &dminh,
-				 sc, mc, L);
-		b->d = dh;
-		b->dmin = dminh;
-		pack_k4_scales(b->scales, sc, mc);
-		memset(b->qh, 0, sizeof(b->qh));
-		for (int p = 0; p < 4; p++) {
-			for (int l = 0; l < 32; l++) {
-				int lo = L[64 * p + l], hi = L[64 * p + 32 + l];
-				b->qs[32 * p + l] = (uint8_t)((lo & 0x0F) | (hi & 0x0F) << 4);
-				b->qh[l] |= (uint8_t)((lo >> 4) << (2 * p) | (hi >> 4) << (2 * p + 1));
-			}
-		}
+		quant_k4_block(x, w ? w + i * MOE_QK_K : NULL, 31, dm, b->scales, b->qs, b->qh);
+		b->d = dm[0];
+		b->dmin = dm[1];
 	}
 }
 

@@ -676,6 +676,15 @@ static node *parse_test(parser *ps, node *in)
 	return t;
 }
 
+/* fn(args): the "(" is current. */
+static node *parse_call(parser *ps, node *fn)
+{
+	node *call = mk(ps, N_CALL, cur(ps)->line);
+	call->a = fn;
+	parse_args(ps, call);
+	return call;
+}
+
 static node *parse_filter_expr(parser *ps, node *n)
 {
 	for (;;) {
@@ -685,10 +694,7 @@ static node *parse_filter_expr(parser *ps, node *n)
 		} else if (is_name(c, "is")) {
 			n = parse_test(ps, n);
 		} else if (is_op(c, "(")) {
-			node *call = mk(ps, N_CALL, c->line);
-			call->a = n;
-			parse_args(ps, call);
-			n = call;
+			n = parse_call(ps, n);
 		} else {
 			return n;
 		}
@@ -761,10 +767,7 @@ static node *parse_postfix(parser *ps, node *n)
 		if (is_op(c, ".") || is_op(c, "[")) {
 			n = parse_subscript(ps, n);
 		} else if (is_op(c, "(")) {
-			node *call = mk(ps, N_CALL, c->line);
-			call->a = n;
-			parse_args(ps, call);
-			n = call;
+			n = parse_call(ps, n);
 		} else {
 			return n;
 		}
@@ -816,34 +819,25 @@ static node *parse_primary(parser *ps)
 		ps->pos++;
 		n = parse_tuple(ps, true, true);
 		expect_op(ps, ")");
-	} else if (is_op(t, "[")) {
+	} else if (is_op(t, "[") || is_op(t, "{")) {
+		/* [a, b] or {k: v, ...} (keys and values alternate in args). */
+		bool dict = is_op(t, "{");
+		const char *close = dict ? "}" : "]";
 		ps->pos++;
 		nvec v = {0};
-		while (!is_op(cur(ps), "]")) {
+		while (!is_op(cur(ps), close)) {
 			if (v.n)
 				expect_op(ps, ",");
-			if (is_op(cur(ps), "]"))
+			if (is_op(cur(ps), close))
 				break;
 			nvec_push(ps, &v, parse_expr(ps, true), NULL);
+			if (dict) {
+				expect_op(ps, ":");
+				nvec_push(ps, &v, parse_expr(ps, true), NULL);
+			}
 		}
 		ps->pos++;
-		n = mk(ps, N_LIST, t->line);
-		n->args = v.v;
-		n->n_args = v.n;
-	} else if (is_op(t, "{")) {
-		ps->pos++;
-		nvec v = {0};
-		while (!is_op(cur(ps), "}")) {
-			if (v.n)
-				expect_op(ps, ",");
-			if (is_op(cur(ps), "}"))
-				break;
-			nvec_push(ps, &v, parse_expr(ps, true), NULL);
-			expect_op(ps, ":");
-			nvec_push(ps, &v, parse_expr(ps, true), NULL);
-		}
-		ps->pos++;
-		n = mk(ps, N_DICT, t->line);
+		n = mk(ps, dict ? N_DICT : N_LIST, t->line);
 		n->args = v.v;
 		n->n_args = v.n;
 	} else {
@@ -978,30 +972,29 @@ static node *parse_not(parser *ps)
 	return parse_compare(ps);
 }
 
-static node *parse_and(parser *ps)
+/* "and" and "or": left-associative chains of operand (keyword operand)*. */
+static node *parse_chain(parser *ps, const char *keyword, node_kind kind,
+			 node *(*operand)(parser *))
 {
-	node *n = parse_not(ps);
-	while (is_name(cur(ps), "and")) {
-		node *x = mk(ps, N_AND, cur(ps)->line);
+	node *n = operand(ps);
+	while (is_name(cur(ps), keyword)) {
+		node *x = mk(ps, kind, cur(ps)->line);
 		ps->pos++;
 		x->a = n;
-		x->b = parse_not(ps);
+		x->b = operand(ps);
 		n = x;
 	}
 	return n;
 }
 
+static node *parse_and(parser *ps)
+{
+	return parse_chain(ps, "and", N_AND, parse_not);
+}
+
 static node *parse_or(parser *ps)
 {
-	node *n = parse_and(ps);
-	while (is_name(cur(ps), "or")) {
-		node *x = mk(ps, N_OR, cur(ps)->line);
-		ps->pos++;
-		x->a = n;
-		x->b = parse_and(ps);
-		n = x;
-	}
-	return n;
+	return parse_chain(ps, "or", N_OR, parse_and);
 }
 
 static node *parse_expr(parser *ps, bool condexpr)
@@ -1072,6 +1065,36 @@ static bool in_list(const tok *t, const char *ends)
 		if (is_name(t, e))
 			return true;
 	return false;
+}
+
+/* The body of a block statement up to its end tag ({% endset %}, ...),
+ * and the end tag. */
+static node *parse_block(parser *ps, const char *ends, const char *what, int open_line)
+{
+	node *b = parse_body(ps, ends, what, open_line);
+	ps->pos++;
+	expect_bend(ps);
+	return b;
+}
+
+/* A macro's or call block's body, up to the end tag's keyword: a scope of
+ * its own, where a loop around the definition does not make break legal. */
+static node *parse_macro_body(parser *ps, const char *ends, const char *what, int open_line)
+{
+	int saved = ps->loops;
+	ps->loops = 0;
+	node *b = parse_body(ps, ends, what, open_line);
+	ps->loops = saved;
+	ps->pos++;
+	return b;
+}
+
+/* Filters applied in turn to f: f | a | b(...). */
+static node *parse_filters(parser *ps, node *f)
+{
+	while (is_op(cur(ps), "|"))
+		f = parse_filter(ps, f);
+	return f;
 }
 
 /* Target names of for/set: a, or a, b, or (a, b). */
@@ -1209,15 +1232,9 @@ static node *parse_stmt(parser *ps)
 				unexpected(ps, "'='");
 			n->kind = S_SETBLOCK;
 			/* Optional filters: {% set x | trim %}. */
-			node *f = NULL;
-			while (is_op(cur(ps), "|")) {
-				f = parse_filter(ps, f);
-			}
-			n->c = f;
+			n->c = parse_filters(ps, NULL);
 			expect_bend(ps);
-			n->b = parse_body(ps, "endset\0", "set", line);
-			ps->pos++;
-			expect_bend(ps);
+			n->b = parse_block(ps, "endset\0", "set", line);
 		}
 	} else if (is_name(kw, "macro")) {
 		n = mk(ps, S_MACRO, line);
@@ -1225,11 +1242,7 @@ static node *parse_stmt(parser *ps)
 		expect_op(ps, "(");
 		parse_params(ps, n, line);
 		expect_bend(ps);
-		int saved = ps->loops;
-		ps->loops = 0;
-		n->b = parse_body(ps, "endmacro\0", "macro", line);
-		ps->loops = saved;
-		ps->pos++;
+		n->b = parse_macro_body(ps, "endmacro\0", "macro", line);
 		if (cur(ps)->t == T_NAME)
 			ps->pos++; /* {% endmacro name %} */
 		expect_bend(ps);
@@ -1241,14 +1254,9 @@ static node *parse_stmt(parser *ps)
 	} else if (is_name(kw, "filter")) {
 		n = mk(ps, S_FILTER, line);
 		ps->pos--; /* "filter NAME" parses as "| NAME" */
-		node *f = parse_filter(ps, NULL);
-		while (is_op(cur(ps), "|"))
-			f = parse_filter(ps, f);
-		n->c = f;
+		n->c = parse_filters(ps, parse_filter(ps, NULL));
 		expect_bend(ps);
-		n->b = parse_body(ps, "endfilter\0", "filter", line);
-		ps->pos++;
-		expect_bend(ps);
+		n->b = parse_block(ps, "endfilter\0", "filter", line);
 	} else if (is_name(kw, "with")) {
 		n = mk(ps, S_WITH, line);
 		nvec v = {0};
@@ -1263,9 +1271,7 @@ static node *parse_stmt(parser *ps)
 		n->args = v.v;
 		n->kw = v.kw;
 		n->n_args = v.n;
-		n->b = parse_body(ps, "endwith\0", "with", line);
-		ps->pos++;
-		expect_bend(ps);
+		n->b = parse_block(ps, "endwith\0", "with", line);
 	} else if (is_name(kw, "generation") || is_name(kw, "block")) {
 		/* transformers' {% generation %} marks assistant text; a
 		 * {% block %} of a template without inheritance renders in
@@ -1294,11 +1300,7 @@ static node *parse_stmt(parser *ps)
 		if (n->a->kind != N_CALL)
 			fail_at(ps->r, line, "a call block needs a macro call");
 		expect_bend(ps);
-		int saved = ps->loops;
-		ps->loops = 0;
-		n->b = parse_body(ps, "endcall\0", "call", line);
-		ps->loops = saved;
-		ps->pos++;
+		n->b = parse_macro_body(ps, "endcall\0", "call", line);
 		expect_bend(ps);
 	} else if (is_name(kw, "include") || is_name(kw, "import") || is_name(kw, "from") ||
 		   is_name(kw, "extends")) {

@@ -46,7 +46,13 @@ static void add_regex(hf_style *st, const char *re)
 		st->regex_unknown = true;
 }
 
-static void walk_normalizer(json_t *n, hf_style *st)
+/* What one step of a tokenizer.json pipeline (a normalizer, pre-tokenizer
+ * or decoder whose "type" is not "Sequence") tells about the style. */
+typedef void (*hf_step_fn)(const char *type, json_t *step, hf_style *st);
+
+/* Every pipeline nests the same way: a "Sequence" lists its steps under
+ * list_key ("normalizers", "pretokenizers", "decoders"), in order. */
+static void walk_pipeline(json_t *n, const char *list_key, hf_step_fn step, hf_style *st)
 {
 	const char *type = jstr(n, "type");
 	if (!type)
@@ -54,9 +60,16 @@ static void walk_normalizer(json_t *n, hf_style *st)
 	if (strcmp(type, "Sequence") == 0) {
 		size_t i;
 		json_t *v;
-		json_array_foreach(json_object_get(n, "normalizers"), i, v)
-			walk_normalizer(v, st);
-	} else if (strcmp(type, "Prepend") == 0 && is_ws_string(jstr(n, "prepend"))) {
+		json_array_foreach(json_object_get(n, list_key), i, v)
+			walk_pipeline(v, list_key, step, st);
+	} else {
+		step(type, n, st);
+	}
+}
+
+static void normalizer_step(const char *type, json_t *n, hf_style *st)
+{
+	if (strcmp(type, "Prepend") == 0 && is_ws_string(jstr(n, "prepend"))) {
 		st->prefix = st->prefix_set = true;
 	} else if (strcmp(type, "Replace") == 0) {
 		const char *pat = jstr(json_object_get(n, "pattern"), "String");
@@ -65,17 +78,9 @@ static void walk_normalizer(json_t *n, hf_style *st)
 	}
 }
 
-static void walk_pre(json_t *p, hf_style *st)
+static void pre_step(const char *type, json_t *p, hf_style *st)
 {
-	const char *type = jstr(p, "type");
-	if (!type)
-		return;
-	if (strcmp(type, "Sequence") == 0) {
-		size_t i;
-		json_t *v;
-		json_array_foreach(json_object_get(p, "pretokenizers"), i, v)
-			walk_pre(v, st);
-	} else if (strcmp(type, "ByteLevel") == 0) {
+	if (strcmp(type, "ByteLevel") == 0) {
 		st->bytelevel = true;
 		if (json_is_true(json_object_get(p, "add_prefix_space")))
 			st->regex_unknown = true; /* no named table has it */
@@ -109,21 +114,12 @@ static void walk_pre(json_t *p, hf_style *st)
 	}
 }
 
-static void walk_decoder(json_t *d, hf_style *st)
+static void decoder_step(const char *type, json_t *d, hf_style *st)
 {
-	const char *type = jstr(d, "type");
-	if (!type)
-		return;
-	if (strcmp(type, "Sequence") == 0) {
-		size_t i;
-		json_t *v;
-		json_array_foreach(json_object_get(d, "decoders"), i, v)
-			walk_decoder(v, st);
-	} else if (strcmp(type, "ByteLevel") == 0) {
+	if (strcmp(type, "ByteLevel") == 0)
 		st->bytelevel = true;
-	} else if (strcmp(type, "Metaspace") == 0 || strcmp(type, "ByteFallback") == 0) {
+	else if (strcmp(type, "Metaspace") == 0 || strcmp(type, "ByteFallback") == 0)
 		st->spm = true;
-	}
 }
 
 /* llama.cpp's converter treats these added tokens as control tokens even
@@ -222,6 +218,30 @@ static int32_t lookup(const hf_ctx *c, const char *s)
 	return s ? (int32_t)moe_strmap_get(&c->map, s, strlen(s)) : -1;
 }
 
+/* A pipeline component as the file spells it: compact JSON in the arena,
+ * NULL when out of memory. */
+static const char *arena_json(json_t *j, moe_arena *a)
+{
+	char *txt = json_dumps(j, JSON_COMPACT);
+	const char *s = txt ? moe_arena_strndup(a, txt, strlen(txt)) : NULL;
+	free(txt);
+	return s;
+}
+
+/* Keep the file's own pre-tokenizer, refusing now what the tokenizer could
+ * not build later. */
+static int keep_pre_tokenizer(moe_vocab_data *vd, json_t *pre, moe_arena *a, moe_error *e)
+{
+	if (!(vd->pre_tokenizer = arena_json(pre, a)))
+		return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
+	moe_pretok *check = NULL;
+	int rc = moe_pretok_from_json(&check, vd->pre_tokenizer, e);
+	moe_pretok_free(check);
+	if (rc < 0)
+		moe_err_prefix(e, "tokenizer.json");
+	return rc;
+}
+
 static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_ctx *c,
 		 moe_error *e)
 {
@@ -305,31 +325,19 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 	json_t *norm = json_object_get(tj, "normalizer");
 	json_t *pre = json_object_get(tj, "pre_tokenizer");
 	if (json_is_object(norm))
-		walk_normalizer(norm, &st);
+		walk_pipeline(norm, "normalizers", normalizer_step, &st);
 	if (json_is_object(pre))
-		walk_pre(pre, &st);
+		walk_pipeline(pre, "pretokenizers", pre_step, &st);
 	json_t *dec = json_object_get(tj, "decoder");
 	if (json_is_object(dec))
-		walk_decoder(dec, &st);
+		walk_pipeline(dec, "decoders", decoder_step, &st);
 	if (ugm || wpm) {
 		/* The file's own pipeline, whatever it holds. */
 		vd->model = ugm ? MOE_VOCAB_UGM : MOE_VOCAB_WPM;
 		vd->pre = "default";
-		if (json_is_object(pre)) {
-			char *txt = json_dumps(pre, JSON_COMPACT);
-			moe_pretok *check = NULL;
-			if (!txt || !(vd->pre_tokenizer = moe_arena_strndup(a, txt, strlen(txt)))) {
-				free(txt);
-				return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
-			}
-			free(txt);
-			int rc = moe_pretok_from_json(&check, vd->pre_tokenizer, e);
-			moe_pretok_free(check);
-			if (rc < 0) {
-				moe_err_prefix(e, "tokenizer.json");
-				return rc;
-			}
-		}
+		int rc = json_is_object(pre) ? keep_pre_tokenizer(vd, pre, a, e) : 0;
+		if (rc < 0)
+			return rc;
 	} else if (st.bytelevel) {
 		vd->model = MOE_VOCAB_BPE;
 		/* The name is informational: the file's own pre-tokenizer
@@ -342,20 +350,9 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 		 * the model came as GGUF or as tokenizer.json; any other is
 		 * stored as the file declares it. */
 		if (json_is_object(pre) && !name) {
-			char *txt = json_dumps(pre, JSON_COMPACT);
-			moe_pretok *check = NULL;
-			if (!txt || !(vd->pre_tokenizer = moe_arena_strndup(a, txt, strlen(txt)))) {
-				free(txt);
-				return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
-			}
-			free(txt);
-			/* Refuse now what the tokenizer could not build later. */
-			int rc = moe_pretok_from_json(&check, vd->pre_tokenizer, e);
-			moe_pretok_free(check);
-			if (rc < 0) {
-				moe_err_prefix(e, "tokenizer.json");
+			int rc = keep_pre_tokenizer(vd, pre, a, e);
+			if (rc < 0)
 				return rc;
-			}
 		} else if (!st.regex_unknown && st.n_regex == 0) {
 			vd->pre = "gpt-2"; /* ByteLevel decoder only */
 		}
@@ -380,13 +377,9 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 	if (same && !vd->pre_tokenizer) {
 		vd->normalizer = ndef->normalizer; /* the named table's spelling */
 	} else if (json_is_object(norm)) {
-		char *txt = json_dumps(norm, JSON_COMPACT);
 		moe_normalizer *check = NULL;
-		if (!txt || !(vd->normalizer = moe_arena_strndup(a, txt, strlen(txt)))) {
-			free(txt);
+		if (!(vd->normalizer = arena_json(norm, a)))
 			return moe_err(e, MOE_ENOMEM, "tokenizer.json: out of memory");
-		}
-		free(txt);
 		int rc = moe_normalizer_from_json(&check, vd->normalizer, vd->model == MOE_VOCAB_SPM,
 						  e);
 		moe_normalizer_free(check);

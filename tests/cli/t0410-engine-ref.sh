@@ -23,14 +23,8 @@
 # gives the logits of one batch within 1e-4 and the same ids.
 # MOE_T0410_SEED=K adds K to every model's seed (to try other models).
 . "$top_srcdir/tests/cli/lib.sh"
+. "$top_srcdir/tests/cli/engine-lib.sh"
 
-RUN="$top_builddir/tests/unit/engine-run"
-CONV="$BIN/moe-convert"
-GEN="$top_srcdir/scripts/gen-model"
-VS="$top_srcdir/tests/ref/vs_engine.py"
-[ -x "$RUN" ] || skip_all "tests/unit/engine-run not built (make check builds it)"
-[ -x "$CONV" ] || skip_all "tools/moe-convert not built"
-PROMPT="1 7 3 9 4 200 11 5"
 N=32
 S=${MOE_T0410_SEED:-0}
 
@@ -63,26 +57,12 @@ LEVEL=$("$BIN/moe-run" --version | sed -n 's/^kernels: \([a-z0-9]*\).*/\1/p')
 HAS_BF16=$(env -u MOE_ISA "$BIN/moe-run" --version | grep -q '^kernels: avx512bf16' && echo 1)
 HAS_VNNI=$(grep -qw avx_vnni /proc/cpuinfo 2>/dev/null && [ "$LEVEL" != avxvnni ] && echo 1)
 
-# engine NAME TAG [ISA] [BATCH] [KV_BLOCK]: engine-run on NAME.uth into
-# NAME.TAG.out, its rounding decisions into NAME.TAG.out.tape
-engine() {
-	if [ -n "${3:-}" ]; then
-		ENGINE_RUN_TAPE="$T/$1.$2.out.tape" MOE_ISA=$3 "$RUN" "$T/$1.uth" "$PROMPT" $N \
-			${4:-0} ${5:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
-	else
-		ENGINE_RUN_TAPE="$T/$1.$2.out.tape" "$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-0} ${5:-} \
-			>"$T/$1.$2.out" 2>"$T/$1.$2.err"
-	fi
-}
-
 # model NAME ARCH TYPE SHAPE SEED: generate, convert, run the engine four
 # ways and judge; writes result lines ("ok - ...", "not ok - ...", "# ...")
-# to stdout, for replay() (models run two at a time)
+# to stdout, for run_models
 model() {
-	name=$1 arch=$2 type=$3 shape=$4 seed=$5
-	if ! "$PYTHON3" "$GEN" --arch "$arch" --type "$type" --shape "$shape" --seed "$seed" \
-			--out "$T/$name" >"$T/$name.gen.err" 2>&1 ||
-	   ! "$CONV" "$T/$name.gguf" "$T/$name.uth" >>"$T/$name.gen.err" 2>&1; then
+	name=$1 arch=$2 type=$3
+	if ! make_model "$@"; then
 		echo "not ok - $name: generate and convert"; sed 's/^/#   /' "$T/$name.gen.err"
 		return
 	fi
@@ -123,16 +103,8 @@ model() {
 			echo "not ok - $name: engine-run ($1)"; sed 's/^/#   /' "$T/$name.$1.err"
 		fi
 	done
-	judge "$outs" $(tol "$type")
-	[ -z "$bf16outs" ] || judge "$bf16outs" $BF16_TOL
-}
-
-# judge OUTS EMULATION TOL PLAIN_TOL: vs_engine.py on the runs OUTS of $name
-judge() {
-	"$PYTHON3" "$VS" --model "$T/$name.gguf" --tokens "$PROMPT" --emulate "$2" --tol "$3" \
-		--plain-tol "$4" --self-tol 1e-4 --tapes $1 2>"$T/$name.vs.err"
-	[ $? -le 1 ] && [ ! -s "$T/$name.vs.err" ] ||
-		{ echo "not ok - $name: vs_engine.py"; sed 's/^/#   /' "$T/$name.vs.err"; }
+	judge "$name" "$outs" $(tol "$type")
+	[ -z "$bf16outs" ] || judge "$name" "$bf16outs" $BF16_TOL
 }
 
 set --
@@ -172,18 +144,5 @@ set -- "$@" "gpt-oss-f32 gpt-oss f32 tiny $((S + 39))" "gpt-oss-mxfp4 gpt-oss mx
 	"gpt-oss-q8_0 gpt-oss q8_0 tiny $((S + 41))" "gpt-oss-q4_k gpt-oss q4_k small $((S + 42))" \
 	"gpt-oss-f16 gpt-oss f16 tiny $((S + 44))"
 
-# two models at a time (2 cores: one's Python while the other's engine runs)
-i=0
-for spec in "$@"; do
-	model $spec >"$T/res.$i" 2>&1 &
-	i=$((i + 1))
-	[ $((i % 2)) -eq 0 ] && wait
-done
-wait
-j=0
-while [ $j -lt $i ]; do
-	replay "$T/res.$j"
-	j=$((j + 1))
-done
-
+run_models "$@"
 done_testing

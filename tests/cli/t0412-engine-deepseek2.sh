@@ -44,14 +44,8 @@
 # to 520 s a model, the oracle 1 .. 11 s.  Two wrong engines below show
 # that the oracle hides no error.
 . "$top_srcdir/tests/cli/lib.sh"
+. "$top_srcdir/tests/cli/engine-lib.sh"
 
-RUN="$top_builddir/tests/unit/engine-run"
-CONV="$BIN/moe-convert"
-GEN="$top_srcdir/scripts/gen-model"
-VS="$top_srcdir/tests/ref/vs_engine.py"
-[ -x "$RUN" ] || skip_all "tests/unit/engine-run not built (make check builds it)"
-[ -x "$CONV" ] || skip_all "tools/moe-convert not built"
-PROMPT="1 7 3 9 4 200 11 5"
 N=32
 
 # Tolerances (max |engine - reference| / max |reference logit|), t0410's:
@@ -77,21 +71,9 @@ tol() {
 	esac
 }
 
-engine() { # engine NAME TAG [ISA] [BATCH KV_BLOCK]: NAME.TAG.out and its tape
-	if [ -n "${3:-}" ]; then
-		ENGINE_RUN_TAPE="$T/$1.$2.out.tape" MOE_ISA=$3 "$RUN" "$T/$1.uth" "$PROMPT" $N \
-			${4:-} ${5:-} >"$T/$1.$2.out" 2>"$T/$1.$2.err"
-	else
-		ENGINE_RUN_TAPE="$T/$1.$2.out.tape" "$RUN" "$T/$1.uth" "$PROMPT" $N ${4:-} ${5:-} \
-			>"$T/$1.$2.out" 2>"$T/$1.$2.err"
-	fi
-}
-
-model() { # model NAME ARCH TYPE SHAPE SEED -> result lines on stdout
-	name=$1 arch=$2 type=$3 shape=$4 seed=$5
-	if ! "$PYTHON3" "$GEN" --arch "$arch" --type "$type" --shape "$shape" --seed "$seed" \
-			--out "$T/$name" >"$T/$name.gen.err" 2>&1 ||
-	   ! "$CONV" "$T/$name.gguf" "$T/$name.uth" >>"$T/$name.gen.err" 2>&1; then
+model() { # model NAME ARCH TYPE SHAPE SEED -> result lines on stdout (run_models)
+	name=$1 type=$3 shape=$4
+	if ! make_model "$@"; then
 		echo "not ok - $name: generate and convert"; sed 's/^/#   /' "$T/$name.gen.err"
 		return
 	fi
@@ -116,11 +98,7 @@ model() { # model NAME ARCH TYPE SHAPE SEED -> result lines on stdout
 	grep -q "blocks x $((4 * 3 * row)) bytes" "$T/$name.k4.err" &&
 		echo "ok - $name: KV blocks of $((4 * 3 * row)) bytes (4 positions x 3 layers x $row)" ||
 		{ echo "not ok - $name: KV block size"; sed 's/^/#   /' "$T/$name.k4.err"; }
-	set -- $(tol "$type")
-	"$PYTHON3" "$VS" --model "$T/$name.gguf" --tokens "$PROMPT" --emulate "$1" --tol "$2" \
-		--plain-tol "$3" --self-tol 1e-4 --tapes $outs 2>"$T/$name.vs.err"
-	[ $? -le 1 ] && [ ! -s "$T/$name.vs.err" ] ||
-		{ echo "not ok - $name: vs_engine.py"; sed 's/^/#   /' "$T/$name.vs.err"; }
+	judge "$name" "$outs" $(tol "$type")
 }
 
 set --
@@ -135,18 +113,7 @@ for a in deepseek2 deepseek2-v2 deepseek3; do
 	set -- "$@" "$a-q4_k $a q4_k small $seed"
 	seed=$((seed + 1))
 done
-i=0
-for spec in "$@"; do
-	model $spec >"$T/res.$i" 2>&1 &
-	i=$((i + 1))
-	[ $((i % 2)) -eq 0 ] && wait
-done
-wait
-j=0
-while [ $j -lt $i ]; do
-	replay "$T/res.$j"
-	j=$((j + 1))
-done
+run_models "$@"
 
 # The oracle cannot hide a real error (the tape's decisions are taken only
 # within 1e-5 of the reference's own value).  Two wrong engines, each judged
@@ -236,9 +203,7 @@ done
 # only the same greedy choice is asked for.
 for a in deepseek2 deepseek2-v2 deepseek3; do
 	n=$a-s
-	if ! "$PYTHON3" "$GEN" --arch $a --type f32 --shape small --seed 80 --out "$T/$n" \
-			>"$T/$n.gen.err" 2>&1 ||
-	   ! "$CONV" "$T/$n.gguf" "$T/$n.uth" >>"$T/$n.gen.err" 2>&1; then
+	if ! make_model $n $a f32 small 80; then
 		ok 1 "$n: generate and convert"; sed 's/^/#   /' "$T/$n.gen.err"
 		continue
 	fi

@@ -18,23 +18,15 @@
 # passed the prompt is refused with a warning (the answer stands), and a
 # load still works.
 . "$top_srcdir/tests/cli/lib.sh"
+. "$top_srcdir/tests/cli/engine-lib.sh"
 
-RUN="$top_builddir/tests/unit/engine-run"
-CONV="$BIN/moe-convert"
-GEN="$top_srcdir/scripts/gen-model"
-VS="$top_srcdir/tests/ref/vs_engine.py"
-[ -x "$RUN" ] || skip_all "tests/unit/engine-run not built (make check builds it)"
-[ -x "$CONV" ] || skip_all "tools/moe-convert not built"
-PROMPT="1 7 3 9 4 200 11 5"
 N=120
 W=8
 
 for type in f32 mxfp4; do
 	name=gpt-oss-$type
-	if ! "$PYTHON3" "$GEN" --arch gpt-oss --type $type --shape tiny --seed 435 \
-			--sliding-window $W --out "$T/$name" >"$T/gen.err" 2>&1 ||
-	   ! "$CONV" "$T/$name.gguf" "$T/$name.uth" >>"$T/gen.err" 2>&1; then
-		ok 1 "$name: generate and convert"; sed 's/^/#   /' "$T/gen.err"
+	if ! make_model $name gpt-oss $type tiny 435 --sliding-window $W; then
+		ok 1 "$name: generate and convert"; sed 's/^/#   /' "$T/$name.gen.err"
 		continue
 	fi
 	for bt in 4 8; do

@@ -8,15 +8,10 @@
 # quantised weights (re-packed as GGUF by quant_check.py regguf), with the
 # emulation and tolerance t0410-engine-ref.sh uses for quantised types.
 . "$top_srcdir/tests/cli/lib.sh"
+. "$top_srcdir/tests/cli/engine-lib.sh"
 Q="$BIN/moe-quant"
-CONV="$BIN/moe-convert"
-RUN="$top_builddir/tests/unit/engine-run"
-GEN="$top_srcdir/scripts/gen-model"
 QC="$top_srcdir/tests/ref/quant_check.py"
-VS="$top_srcdir/tests/ref/vs_engine.py"
 [ -x "$Q" ] || skip_all "tools/moe-quant not built"
-[ -x "$RUN" ] || skip_all "tests/unit/engine-run not built"
-PROMPT="1 7 3 9 4 200 11 5"
 
 "$PYTHON3" "$GEN" --arch olmoe --shape small --type f32 --seed 7 --out "$T/o" >/dev/null 2>&1 &&
 	"$CONV" "$T/o.gguf" "$T/o.uth" 2>/dev/null

@@ -1,7 +1,8 @@
 # tests/ref/arch_common.py — what the reference's second family of
 # architectures (arch_deepseek2.py, arch_gptoss.py, arch_phimoe.py,
 # arch_granitemoe.py) shares: LayerNorm, attention with a window and sinks,
-# a model base class with a per-layer cache, and loader helpers.
+# a model base class with a per-layer cache, the q/k/v projections and the
+# routed and shared experts, and loader helpers.
 #
 # Each architecture module provides
 #   load_gguf(r, path, dtype) -> (Config, Tensors)   r: a moegen GGUFReader
@@ -56,6 +57,13 @@ def top_k(scores, k):
 	return np.argsort(-scores, axis=1, kind='stable')[:, :k]
 
 
+def top_k_softmax(logits, k):
+	"""A router that keeps each token's k largest logits (T, n_expert) and
+	weighs them by a softmax over those k: (expert ids, weights), (T, k)."""
+	top = top_k(logits, k)
+	return top, M.softmax(np.take_along_axis(logits, top, axis=1))
+
+
 class Base(M.Model):
 	"""M.Model with a per-layer cache of named arrays (what each
 	architecture keeps per token) and the bookkeeping of forward()."""
@@ -83,19 +91,6 @@ class Base(M.Model):
 		out['pos'] = c['pos']
 		return out
 
-	def start(self, tokens):
-		c = self.cfg
-		tokens = np.asarray(tokens, dtype=np.int64)
-		if tokens.ndim != 1 or tokens.size == 0:
-			raise ValueError('forward: need a non-empty list of token ids')
-		bad = tokens[(tokens < 0) | (tokens >= c.n_vocab)]
-		if bad.size:
-			raise ValueError('token id %d out of range (vocabulary %d)'
-					 % (bad[0], c.n_vocab))
-		pos = np.arange(self.n_past, self.n_past + tokens.size)
-		self._pos = pos
-		return tokens, pos
-
 	def linear(self, x, name, src=None):
 		"""x @ W.T (+ bias if the model has one) for weight `name` (without
 		the .weight suffix)."""
@@ -104,9 +99,88 @@ class Base(M.Model):
 			y = y + self.w(name + '.bias')
 		return y
 
-	def logits(self, h):
-		out = 'output.weight' if self.W.has('output.weight') else 'token_embd.weight'
-		return self.matmul(h, out)
+	def qkv(self, il, h):
+		"""Layer il's q (T, n_head, head_dim), k and v (T, n_head_kv,
+		head_dim) from h (T, n_embd), with biases where the model has
+		them; RoPE not applied yet."""
+		c = self.cfg
+		p = 'blk.%d.' % il
+		T, hd = h.shape[0], c.head_dim
+		src = p + 'attn_input'
+		q = self.linear(h, p + 'attn_q', src).reshape(T, c.n_head, hd)
+		k = self.linear(h, p + 'attn_k', src).reshape(T, c.n_head_kv, hd)
+		v = self.linear(h, p + 'attn_v', src).reshape(T, c.n_head_kv, hd)
+		return q, k, v
+
+	def attention(self, il, h, pos, rope=None, **attend_kw):
+		"""Layer il's attention over the cache: q/k/v (qkv()), RoPE (rope(x)
+		for x (T, heads, head_dim), the model's rope at pos unless given),
+		attend() with attend_kw (sinks, window), the output projection."""
+		c = self.cfg
+		q, k, v = self.qkv(il, h)
+		rope = rope or (lambda x: c.rope.apply(x, pos))
+		q, k = rope(q), rope(k)
+		S = self.remember(il, pos, k=k, v=v)
+		out = attend(q, S['k'], S['v'], pos, S['pos'], c.attn_scale, **attend_kw)
+		return self.linear(out.reshape(h.shape[0], c.n_head * c.head_dim),
+				   'blk.%d.attn_output' % il)
+
+	def experts(self, il, h, top, weight, expert=None):
+		"""The routed experts of layer il: the sum over each token's chosen
+		experts top (T, k) of weight (T, k) x expert(h's rows routed to e,
+		e, those rows).  expert: the SwiGLU of ffn_{gate,up,down}_exps
+		unless given."""
+		p = 'blk.%d.' % il
+		if expert is None:
+			def expert(x, e, rows):
+				return self.swiglu(x, p + 'ffn_gate_exps.weight', p + 'ffn_up_exps.weight',
+						   p + 'ffn_down_exps.weight', e, rows, p + 'ffn_input')
+		y = np.zeros_like(h)
+		for e in np.unique(top):
+			rows, slot = np.nonzero(top == e)
+			y[rows] += weight[rows, slot][:, None] * expert(h[rows], e, rows)
+		return y
+
+	def with_shared_expert(self, il, h, y):
+		"""y plus layer il's shared expert (SwiGLU of ffn_*_shexp, every
+		token) where the model has one (deepseek2, granitemoeshared)."""
+		p = 'blk.%d.' % il
+		if not has(self.W, p + 'ffn_up_shexp.weight'):
+			return y
+		return y + self.swiglu(h, p + 'ffn_gate_shexp.weight', p + 'ffn_up_shexp.weight',
+				       p + 'ffn_down_shexp.weight', src=p + 'ffn_input')
+
+
+def config(model_class, fields, kw):
+	"""M.Config of the keyword arguments kw plus an architecture's own
+	`fields` (those of kw named there), for model_class."""
+	extra = {k: kw.pop(k) for k in list(kw) if k in fields}
+	cfg = M.Config(**kw)
+	for k, v in extra.items():
+		setattr(cfg, k, v)
+	cfg.model_class = model_class
+	return cfg
+
+
+def attn_shapes(cfg, b, bias):
+	"""name -> shape of layer prefix b's attention projections (q, k, v,
+	output) and, with bias, their biases."""
+	D, hd = cfg.n_embd, cfg.head_dim
+	Q, KV = cfg.n_head * hd, cfg.n_head_kv * hd
+	s = {b + 'attn_q.weight': (Q, D), b + 'attn_k.weight': (KV, D),
+	     b + 'attn_v.weight': (KV, D), b + 'attn_output.weight': (D, Q)}
+	if bias:
+		s.update({b + 'attn_q.bias': (Q,), b + 'attn_k.bias': (KV,),
+			  b + 'attn_v.bias': (KV,), b + 'attn_output.bias': (D,)})
+	return s
+
+
+def gguf_open(r, path, dtype, arch):
+	"""What every architecture's load_gguf starts from: the {arch}.* key
+	getter (kv()), the tensors, n_embd and n_head."""
+	k = kv(r, arch)
+	return (k, load.GGUFTensors(path, r, dtype), k('embedding_length', required=True),
+		k('attention.head_count', required=True))
 
 
 def kv(r, arch):

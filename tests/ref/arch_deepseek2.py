@@ -114,18 +114,8 @@ class Model(C.Base):
 			     c.group_score, c.norm_topk, c.routed_scale)
 
 	def moe(self, il, h):
-		p = 'blk.%d.' % il
 		top, weight = self.route(il, h)
-		y = np.zeros_like(h)
-		for e in np.unique(top):
-			rows, slot = np.nonzero(top == e)
-			ye = self.swiglu(h[rows], p + 'ffn_gate_exps.weight', p + 'ffn_up_exps.weight',
-					 p + 'ffn_down_exps.weight', e, rows, p + 'ffn_input')
-			y[rows] += weight[rows, slot][:, None] * ye
-		if C.has(self.W, p + 'ffn_up_shexp.weight'):
-			y = y + self.swiglu(h, p + 'ffn_gate_shexp.weight', p + 'ffn_up_shexp.weight',
-					    p + 'ffn_down_shexp.weight', src=p + 'ffn_input')
-		return y
+		return self.with_shared_expert(il, h, self.experts(il, h, top, weight))
 
 
 def route(logits, gating, k, bias=None, n_group=1, topk_group=1, group_score='max',
@@ -155,14 +145,9 @@ def route(logits, gating, k, bias=None, n_group=1, topk_group=1, group_score='ma
 
 def config(**kw):
 	"""M.Config plus the deepseek2 fields."""
-	extra = {k: kw.pop(k) for k in list(kw) if k in (
+	return C.config(Model, (
 		'q_lora_rank', 'kv_lora_rank', 'nope', 'rope_dim', 'v_head_dim', 'n_dense_lead',
-		'gating', 'n_group', 'topk_group', 'group_score', 'norm_topk', 'routed_scale')}
-	cfg = M.Config(**kw)
-	for k, v in extra.items():
-		setattr(cfg, k, v)
-	cfg.model_class = Model
-	return cfg
+		'gating', 'n_group', 'topk_group', 'group_score', 'norm_topk', 'routed_scale'), kw)
 
 
 def expected(cfg, W):

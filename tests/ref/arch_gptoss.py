@@ -45,36 +45,21 @@ class Model(C.Base):
 
 	def attention(self, il, h, pos):
 		c = self.cfg
-		p = 'blk.%d.' % il
-		T, hd = h.shape[0], c.head_dim
-		src = p + 'attn_input'
-		q = self.linear(h, p + 'attn_q', src).reshape(T, c.n_head, hd)
-		k = self.linear(h, p + 'attn_k', src).reshape(T, c.n_head_kv, hd)
-		v = self.linear(h, p + 'attn_v', src).reshape(T, c.n_head_kv, hd)
-		q, k = c.rope.apply(q, pos), c.rope.apply(k, pos)
-		S = self.remember(il, pos, k=k, v=v)
-		window = c.sliding_window if c.sliding[il] else 0
-		out = C.attend(q, S['k'], S['v'], pos, S['pos'], c.attn_scale,
-			       sinks=self.w(p + 'attn_sinks.weight'), window=window)
-		return self.linear(out.reshape(T, c.n_head * hd), p + 'attn_output')
+		return super().attention(il, h, pos, sinks=self.w('blk.%d.attn_sinks.weight' % il),
+					 window=c.sliding_window if c.sliding[il] else 0)
 
 	def moe(self, il, h):
 		c = self.cfg
 		p = 'blk.%d.' % il
-		logits = self.linear(h, p + 'ffn_gate_inp')
-		top = C.top_k(logits, c.n_expert_used)
-		weight = M.softmax(np.take_along_axis(logits, top, axis=1))
-		y = np.zeros_like(h)
+		top, weight = C.top_k_softmax(self.linear(h, p + 'ffn_gate_inp'), c.n_expert_used)
 		bg, bu, bd = (self.w(p + 'ffn_%s_exps.bias' % n) for n in ('gate', 'up', 'down'))
-		for e in np.unique(top):
-			rows, slot = np.nonzero(top == e)
-			x = h[rows]
+
+		def expert(x, e, rows):
 			g = self.matmul(x, p + 'ffn_gate_exps.weight', e, rows, p + 'ffn_input') + bg[e]
 			u = self.matmul(x, p + 'ffn_up_exps.weight', e, rows, p + 'ffn_input') + bu[e]
 			a = clamped_swiglu(g, u, c.swiglu_limit)
-			ye = self.matmul(a, p + 'ffn_down_exps.weight', e, rows) + bd[e]
-			y[rows] += weight[rows, slot][:, None] * ye
-		return y
+			return self.matmul(a, p + 'ffn_down_exps.weight', e, rows) + bd[e]
+		return self.experts(il, h, top, weight, expert)
 
 
 def clamped_swiglu(g, u, limit, alpha=ALPHA):
@@ -98,36 +83,23 @@ def mxfp4_hf(blocks, scales):
 # --- loaders ------------------------------------------------------------------------
 
 def config(**kw):
-	extra = {k: kw.pop(k) for k in list(kw) if k in ('sliding_window', 'sliding',
-							 'swiglu_limit')}
-	cfg = M.Config(**kw)
-	for k, v in extra.items():
-		setattr(cfg, k, v)
-	cfg.model_class = Model
-	return cfg
+	return C.config(Model, ('sliding_window', 'sliding', 'swiglu_limit'), kw)
 
 
 def expected(cfg):
-	D, E, hd = cfg.n_embd, cfg.n_expert, cfg.head_dim
-	Q, KV = cfg.n_head * hd, cfg.n_head_kv * hd
+	D, E = cfg.n_embd, cfg.n_expert
 	s = {'token_embd.weight': (cfg.n_vocab, D), 'output_norm.weight': (D,)}
 	for i in range(cfg.n_layer):
 		b = 'blk.%d.' % i
+		s.update(C.attn_shapes(cfg, b, bias=True))
 		s.update({b + 'attn_norm.weight': (D,), b + 'post_attention_norm.weight': (D,),
-			  b + 'attn_q.weight': (Q, D), b + 'attn_q.bias': (Q,),
-			  b + 'attn_k.weight': (KV, D), b + 'attn_k.bias': (KV,),
-			  b + 'attn_v.weight': (KV, D), b + 'attn_v.bias': (KV,),
-			  b + 'attn_output.weight': (D, Q), b + 'attn_output.bias': (D,),
 			  b + 'attn_sinks.weight': (cfg.n_head,), b + 'ffn_gate_inp.weight': (E, D),
 			  b + 'ffn_gate_inp.bias': (E,), b + 'ffn_down_exps.bias': (E, D)})
 	return s
 
 
 def load_gguf(r, path, dtype):
-	import load
-	k = C.kv(r, 'gpt-oss')
-	W = load.GGUFTensors(path, r, dtype)
-	n_embd, n_head = k('embedding_length', required=True), k('attention.head_count', required=True)
+	k, W, n_embd, n_head = C.gguf_open(r, path, dtype, 'gpt-oss')
 	hd = k('attention.key_length', n_embd // n_head)
 	n_layer = k('block_count', required=True)
 	scaling = k('rope.scaling.type', 'none')

@@ -16,7 +16,6 @@
 # input_linear likewise gate ++ up) to the MoE output before the residual
 # multiplier.  GGUF q/k rows are in llama.cpp's permuted order (interleaved
 # RoPE pairs), HF's in rotate-half order, as for llama.
-import numpy as np
 
 import arch_common as C
 import model as M
@@ -37,56 +36,24 @@ class Model(C.Base):
 		h = M.rms_norm(x, self.w('output_norm.weight'), c.rms_eps)
 		return self.logits(h) / c.logit_scale
 
-	def attention(self, il, h, pos):
-		c = self.cfg
-		p = 'blk.%d.' % il
-		T, hd = h.shape[0], c.head_dim
-		src = p + 'attn_input'
-		q = self.matmul(h, p + 'attn_q.weight', src=src).reshape(T, c.n_head, hd)
-		k = self.matmul(h, p + 'attn_k.weight', src=src).reshape(T, c.n_head_kv, hd)
-		v = self.matmul(h, p + 'attn_v.weight', src=src).reshape(T, c.n_head_kv, hd)
-		q, k = c.rope.apply(q, pos), c.rope.apply(k, pos)
-		S = self.remember(il, pos, k=k, v=v)
-		out = C.attend(q, S['k'], S['v'], pos, S['pos'], c.attn_scale)
-		return self.matmul(out.reshape(T, c.n_head * hd), p + 'attn_output.weight')
-
 	def ffn(self, il, h):
 		c = self.cfg
 		p = 'blk.%d.' % il
-		logits = self.matmul(h, p + 'ffn_gate_inp.weight')
-		top = C.top_k(logits, c.n_expert_used)
-		weight = M.softmax(np.take_along_axis(logits, top, axis=1))
-		y = np.zeros_like(h)
-		for e in np.unique(top):
-			rows, slot = np.nonzero(top == e)
-			ye = self.swiglu(h[rows], p + 'ffn_gate_exps.weight', p + 'ffn_up_exps.weight',
-					 p + 'ffn_down_exps.weight', e, rows, p + 'ffn_input')
-			y[rows] += weight[rows, slot][:, None] * ye
-		if C.has(self.W, p + 'ffn_up_shexp.weight'):
-			y = y + self.swiglu(h, p + 'ffn_gate_shexp.weight', p + 'ffn_up_shexp.weight',
-					    p + 'ffn_down_shexp.weight', src=p + 'ffn_input')
-		return y
+		top, weight = C.top_k_softmax(self.matmul(h, p + 'ffn_gate_inp.weight'), c.n_expert_used)
+		return self.with_shared_expert(il, h, self.experts(il, h, top, weight))
 
 
 def config(**kw):
-	extra = {k: kw.pop(k) for k in list(kw) if k in (
-		'embedding_scale', 'residual_scale', 'logit_scale')}
-	cfg = M.Config(**kw)
-	for k, v in extra.items():
-		setattr(cfg, k, v)
-	cfg.model_class = Model
-	return cfg
+	return C.config(Model, ('embedding_scale', 'residual_scale', 'logit_scale'), kw)
 
 
 def expected(cfg, shared):
-	D, E, hd = cfg.n_embd, cfg.n_expert, cfg.head_dim
-	Q, KV = cfg.n_head * hd, cfg.n_head_kv * hd
+	D, E = cfg.n_embd, cfg.n_expert
 	s = {'token_embd.weight': (cfg.n_vocab, D), 'output_norm.weight': (D,)}
 	for i in range(cfg.n_layer):
 		b = 'blk.%d.' % i
+		s.update(C.attn_shapes(cfg, b, bias=False))
 		s.update({b + 'attn_norm.weight': (D,), b + 'ffn_norm.weight': (D,),
-			  b + 'attn_q.weight': (Q, D), b + 'attn_k.weight': (KV, D),
-			  b + 'attn_v.weight': (KV, D), b + 'attn_output.weight': (D, Q),
 			  b + 'ffn_gate_inp.weight': (E, D)})
 		if shared:
 			s[b + 'ffn_up_shexp.weight'] = (shared, D)
@@ -96,10 +63,7 @@ def expected(cfg, shared):
 
 
 def load_gguf(r, path, dtype):
-	import load
-	k = C.kv(r, 'granitemoe')
-	W = load.GGUFTensors(path, r, dtype)
-	n_embd, n_head = k('embedding_length', required=True), k('attention.head_count', required=True)
+	k, W, n_embd, n_head = C.gguf_open(r, path, dtype, 'granitemoe')
 	hd = n_embd // n_head
 	scaling = k('rope.scaling.type', 'none')
 	if scaling not in ('none', 'linear') or (k('rope.scaling.factor', 1.0) or 1.0) != 1.0:

@@ -102,63 +102,36 @@ class Model(C.Base):
 
 	def attention(self, il, h, pos):
 		c = self.cfg
-		p = 'blk.%d.' % il
-		T, hd = h.shape[0], c.head_dim
-		src = p + 'attn_input'
-		q = self.linear(h, p + 'attn_q', src).reshape(T, c.n_head, hd)
-		k = self.linear(h, p + 'attn_k', src).reshape(T, c.n_head_kv, hd)
-		v = self.linear(h, p + 'attn_v', src).reshape(T, c.n_head_kv, hd)
-		seq_len = int(pos[-1]) + 1
-		q, k = c.rope.apply(q, pos, seq_len), c.rope.apply(k, pos, seq_len)
-		S = self.remember(il, pos, k=k, v=v)
-		out = C.attend(q, S['k'], S['v'], pos, S['pos'], c.attn_scale,
-			       window=c.sliding_window)
-		return self.linear(out.reshape(T, c.n_head * hd), p + 'attn_output')
+		seq_len = int(pos[-1]) + 1        # LongRope picks its factors by it
+		return super().attention(il, h, pos, rope=lambda x: c.rope.apply(x, pos, seq_len),
+					 window=c.sliding_window)
 
 	def moe(self, il, h):
 		c = self.cfg
 		p = 'blk.%d.' % il
 		top, weight = sparsemixer(self.matmul(h, p + 'ffn_gate_inp.weight'), c.jitter_eps)
-		y = np.zeros_like(h)
-		for e in np.unique(top):
-			rows, slot = np.nonzero(top == e)
-			ye = self.swiglu(h[rows], p + 'ffn_gate_exps.weight', p + 'ffn_up_exps.weight',
-					 p + 'ffn_down_exps.weight', e, rows, p + 'ffn_input')
-			y[rows] += weight[rows, slot][:, None] * ye
-		return y
+		return self.experts(il, h, top, weight)
 
 
 def config(**kw):
-	extra = {k: kw.pop(k) for k in list(kw) if k in ('jitter_eps', 'sliding_window')}
-	cfg = M.Config(**kw)
-	for k, v in extra.items():
-		setattr(cfg, k, v)
-	cfg.model_class = Model
-	return cfg
+	return C.config(Model, ('jitter_eps', 'sliding_window'), kw)
 
 
 def expected(cfg):
-	D, E, hd = cfg.n_embd, cfg.n_expert, cfg.head_dim
-	Q, KV = cfg.n_head * hd, cfg.n_head_kv * hd
+	D, E = cfg.n_embd, cfg.n_expert
 	s = {'token_embd.weight': (cfg.n_vocab, D), 'output_norm.weight': (D,),
 	     'output_norm.bias': (D,), 'output.bias': (cfg.n_vocab,)}
 	for i in range(cfg.n_layer):
 		b = 'blk.%d.' % i
 		for n in ('attn_norm', 'ffn_norm'):
 			s[b + n + '.weight'] = s[b + n + '.bias'] = (D,)
-		s.update({b + 'attn_q.weight': (Q, D), b + 'attn_q.bias': (Q,),
-			  b + 'attn_k.weight': (KV, D), b + 'attn_k.bias': (KV,),
-			  b + 'attn_v.weight': (KV, D), b + 'attn_v.bias': (KV,),
-			  b + 'attn_output.weight': (D, Q), b + 'attn_output.bias': (D,),
-			  b + 'ffn_gate_inp.weight': (E, D)})
+		s.update(C.attn_shapes(cfg, b, bias=True))
+		s[b + 'ffn_gate_inp.weight'] = (E, D)
 	return s
 
 
 def load_gguf(r, path, dtype):
-	import load
-	k = C.kv(r, 'phimoe')
-	W = load.GGUFTensors(path, r, dtype)
-	n_embd, n_head = k('embedding_length', required=True), k('attention.head_count', required=True)
+	k, W, n_embd, n_head = C.gguf_open(r, path, dtype, 'phimoe')
 	hd = n_embd // n_head
 	n_dims = k('rope.dimension_count', hd)
 	if n_dims != hd:

@@ -266,9 +266,9 @@ class Model:
 		w = self.w(name) if e is None else self.W.expert(name, e)
 		return self.x_for(x, name, e, rows, src) @ w.T
 
-	def forward(self, tokens):
-		"""Logits (len(tokens), n_vocab) of the tokens appended at positions
-		n_past, n_past + 1, ...; they join the cache."""
+	def start(self, tokens):
+		"""The checked token ids of a forward() and their positions n_past,
+		n_past + 1, ... (every architecture's forward() begins here)."""
 		c = self.cfg
 		tokens = np.asarray(tokens, dtype=np.int64)
 		if tokens.ndim != 1 or tokens.size == 0:
@@ -279,6 +279,19 @@ class Model:
 					 % (bad[0], c.n_vocab))
 		pos = np.arange(self.n_past, self.n_past + tokens.size)
 		self._pos = pos
+		return tokens, pos
+
+	def logits(self, h):
+		"""The output matrix's product with the final hidden states h."""
+		out = 'output.weight' if self.W.has('output.weight') else \
+			'token_embd.weight'                                 # tied embeddings
+		return self.matmul(h, out)
+
+	def forward(self, tokens):
+		"""Logits (len(tokens), n_vocab) of the tokens appended at positions
+		n_past, n_past + 1, ...; they join the cache."""
+		c = self.cfg
+		tokens, pos = self.start(tokens)
 		x = self.w('token_embd.weight')[tokens]                 # (T, n_embd)
 		for il in range(c.n_layer):
 			p = 'blk.%d.' % il
@@ -289,10 +302,7 @@ class Model:
 			h = rms_norm(x, self.w(p + 'ffn_norm.weight'), c.rms_eps)
 			x = x + (self.moe(il, h) if c.n_expert else self.dense_ffn(il, h))
 		self.n_past += tokens.size
-		h = rms_norm(x, self.w('output_norm.weight'), c.rms_eps)
-		out = 'output.weight' if self.W.has('output.weight') else \
-			'token_embd.weight'                                 # tied embeddings
-		return self.matmul(h, out)
+		return self.logits(rms_norm(x, self.w('output_norm.weight'), c.rms_eps))
 
 	def project(self, il, name, h):
 		p = 'blk.%d.%s' % (il, name)

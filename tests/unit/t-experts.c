@@ -1,6 +1,6 @@
 /* t-experts — the streamed expert store on the demo model (share/moe-demo.uth):
  * logits bit for bit equal to the resident store's at several budgets (down
- * to one layer of experts), both policies, O_DIRECT, buffered and pread
+ * to one layer of experts), every policy, O_DIRECT, buffered and pread
  * I/O, a warm start from a profile; two engines in two threads sharing a
  * store of the minimum size; compute order following the arrival of reads
  * (a hook that trickles them in, last first); the prefetch rule; faults: an I/O error or a short read on the Nth
@@ -64,6 +64,24 @@ static void *thread_run(void *arg)
 	return NULL;
 }
 
+/* one acquire and release of experts 0, 1 of layer `layer` (another thread) */
+typedef struct {
+	moe_expert_store *st;
+	int layer, rc;
+} one_acquire;
+
+static void *acquire_once(void *arg)
+{
+	one_acquire *a = arg;
+	int32_t ids[2] = {0, 1};
+	moe_expert out[2];
+	moe_error e = {0};
+	a->rc = a->st->acquire(a->st, a->layer, ids, 2, out, &e);
+	if (a->rc == 0)
+		a->st->release(a->st, a->layer, ids, 2);
+	return NULL;
+}
+
 static int copy_file(const char *from, const char *to)
 {
 	FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
@@ -106,9 +124,8 @@ int main(void)
 	/* budgets: one layer of experts (the minimum), 25%, 50%, all but 4
 	 * (where the prefetch rule lets hints be read), all */
 	uint64_t slots[5] = {m->hp.n_expert, n_all / 4, n_all / 2, n_all - 4, n_all};
-	const char *pname[2] = {"lfru", "lru"};
 	for (int b = 0; b < 5; b++)
-		for (int pol = 0; pol < 2; pol++) {
+		for (int pol = 0; pol < MOE_EXPERTS_N_POLICIES; pol++) {
 			moe_expert_store *st;
 			moe_experts_params p = {.budget = fixed + slots[b] * slot, .policy = pol};
 			if (moe_experts_open(&st, m, &p, &e) < 0) {
@@ -120,7 +137,8 @@ int main(void)
 			moe_experts_stats s;
 			moe_experts_get_stats(st, &s);
 			ok(rc == 0 && !memcmp(got, ref, nl * sizeof *got),
-			   "%s, %llu slots: logits equal the resident store's bit for bit (%s)", pname[pol],
+			   "%s, %llu slots: logits equal the resident store's bit for bit (%s)",
+			   moe_experts_policy_name(pol),
 			   (unsigned long long)s.slots, rc ? e.msg : "ok");
 			/* a cache for every expert is filled at open: no reads later */
 			ok(s.slots == slots[b] && s.requests > 0 && s.hits <= s.requests &&
@@ -225,6 +243,10 @@ int main(void)
 			if (m->layers[l].is_moe)
 				moe_l[nl3++] = (int)l;
 		bool okk = true;
+		/* kept: once wrong guesses close the gate, the store clears
+		 * st->prefetch after most acquires (the engine then skips the
+		 * lookahead), but a hint given anyway is still taken */
+		void (*hint)(moe_expert_store *, int, const int32_t *, int) = st->prefetch;
 		moe_experts_stats s;
 		/* 16 candidates on the first two MoE layers, two per step */
 		for (int r = 0; r < 8 && okk; r++) {
@@ -235,7 +257,7 @@ int main(void)
 				ids[0] = 2 * (r % 2), ids[1] = ids[0] + 1;
 				guess[0] = ids[0] + 4, guess[1] = ids[1] + 4;
 			}
-			st->prefetch(st, layer, guess, 2);
+			hint(st, layer, guess, 2);
 			okk = st->acquire(st, layer, ids, 2, out, &e) == 0;
 			st->release(st, layer, ids, 2);
 		}
@@ -245,7 +267,7 @@ int main(void)
 		/* now a hint for two experts of the third layer, then their acquire */
 		int32_t ids[2] = {0, 1};
 		moe_expert out[2];
-		st->prefetch(st, moe_l[2], ids, 2);
+		hint(st, moe_l[2], ids, 2);
 		okk = okk && st->acquire(st, moe_l[2], ids, 2, out, &e) == 0;
 		st->release(st, moe_l[2], ids, 2);
 		moe_experts_get_stats(st, &s);
@@ -258,6 +280,72 @@ int main(void)
 		   (unsigned long long)s.prefetch_reads, (unsigned long long)s.prefetch_used,
 		   e.msg[0] ? e.msg : "ok");
 		moe_experts_close(st);
+	}
+
+	/* the lookahead gate: while the prefetch rule would not read hints
+	 * (wrong guesses), the store leaves st->prefetch set (the engine runs
+	 * the router lookahead) after about one acquire in 8 only; right
+	 * guesses in those samples open the gate again, and then it is set
+	 * after every acquire.  LRU over one layer of slots: layer a's experts
+	 * 0,1 stay (the wrong guesses name its experts 4-7, never chosen),
+	 * layer b cycles through four pairs, each uncached when hinted. */
+	{
+		moe_expert_store *st;
+		moe_experts_params p = {.budget = fixed + slots[0] * slot, .policy = MOE_EXPERTS_LRU};
+		int la = -1, lb = -1;
+		for (uint32_t l = 0; l + 1 < m->hp.n_layer && la < 0; l++)
+			if (m->layers[l].is_moe && m->layers[l + 1].is_moe)
+				la = (int)l, lb = (int)l + 1;
+		if (la >= 0 && m->hp.n_expert >= 8 && moe_experts_open(&st, m, &p, &e) == 0) {
+			void (*hint)(moe_expert_store *, int, const int32_t *, int) = st->prefetch;
+			int32_t a_ids[2] = {0, 1};
+			moe_expert out[2];
+			bool okk = hint != NULL;
+			int asked[5] = {0}, rounds[5] = {0}, phase = 0, streak = 0;
+			for (int r = 0; okk && r < 2000 && phase < 5; r++) {
+				int32_t b_ids[2] = {2 * (r % 4), 2 * (r % 4) + 1};
+				int32_t wrong[2] = {4 + 2 * (r % 2), 5 + 2 * (r % 2)}; /* of layer a */
+				okk = st->acquire(st, la, a_ids, 2, out, &e) == 0;
+				st->release(st, la, a_ids, 2);
+				bool on = st->prefetch != NULL;
+				asked[phase] += on;
+				rounds[phase]++;
+				/* phase 0: 40 rounds of wrong guesses, to close the gate;
+				 * 1: 200 rounds of them, gate closed; 2: right guesses
+				 * until st->prefetch stays set 20 rounds in a row;
+				 * 3: 40 wrong again (closed); then another thread
+				 * acquires once, and 4: 100 more wrong ones, with
+				 * st->prefetch set after each (a shared store) */
+				bool right = phase == 2;
+				if (on)
+					hint(st, right ? lb : la, right ? b_ids : wrong, 2);
+				okk = okk && st->acquire(st, lb, b_ids, 2, out, &e) == 0;
+				st->release(st, lb, b_ids, 2);
+				streak = on ? streak + 1 : 0;
+				if ((phase == 0 && rounds[0] == 40) || (phase == 1 && rounds[1] == 200) ||
+				    (phase == 2 && streak == 20) || (phase == 3 && rounds[3] == 40) ||
+				    (phase == 4 && rounds[4] == 100))
+					phase++;
+				if (phase == 4 && rounds[4] == 0) {
+					pthread_t th;
+					one_acquire oa = {st, la, -1};
+					okk = okk && pthread_create(&th, NULL, acquire_once, &oa) == 0 &&
+					      pthread_join(th, NULL) == 0 && oa.rc == 0;
+				}
+			}
+			moe_experts_stats s;
+			moe_experts_get_stats(st, &s);
+			ok(okk && phase == 5 && asked[1] >= 200 / 8 / 3 && asked[1] <= 200 / 8 * 2 &&
+			   asked[4] == 100 && s.lookahead_skips > 0 &&
+			   s.lookahead_runs + s.lookahead_skips == s.requests / 2,
+			   "lookahead gate: closed by wrong guesses, asked after %d of 200 acquires; reopened by "
+			   "right ones after %d; shared with another thread: asked after %d of 100 (%llu asked, "
+			   "%llu skipped; %s)", asked[1], rounds[2], asked[4],
+			   (unsigned long long)s.lookahead_runs, (unsigned long long)s.lookahead_skips,
+			   e.msg[0] ? e.msg : "ok");
+			moe_experts_close(st);
+		} else
+			ok(0, "gate test: open: %s", e.msg);
 	}
 
 	/* warm start and pinning from a profile (expert x of layer l chosen
