@@ -27,10 +27,13 @@ struct moe_pool {
 	atomic_bool quit;
 	moe_pool_fn fn;
 	void *arg;
-	/* sleeping workers */
+	/* sleeping workers: a worker counts itself in `sleepers` before its
+	 * last look at the generation, so a job posted after that look sees
+	 * the count and wakes it (both sides sequentially consistent), and a
+	 * job with no sleepers takes no lock */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	int sleepers;
+	atomic_int sleepers;
 };
 
 typedef struct {
@@ -56,13 +59,11 @@ static uint64_t wait_for_job(moe_pool *p, uint64_t seen)
 		cpu_relax();
 	}
 	pthread_mutex_lock(&p->lock);
+	atomic_fetch_add(&p->sleepers, 1);
 	uint64_t g;
-	while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
-	       !atomic_load(&p->quit)) {
-		p->sleepers++;
+	while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->quit))
 		pthread_cond_wait(&p->wake, &p->lock);
-		p->sleepers--;
-	}
+	atomic_fetch_sub(&p->sleepers, 1);
 	pthread_mutex_unlock(&p->lock);
 	return g;
 }
@@ -95,6 +96,7 @@ int moe_pool_create(moe_pool **out, int n_threads, moe_error *e)
 	atomic_init(&p->generation, 0);
 	atomic_init(&p->pending, 0);
 	atomic_init(&p->quit, false);
+	atomic_init(&p->sleepers, 0);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->wake, NULL);
 	p->workers = calloc((size_t)n_threads, sizeof *p->workers);
@@ -133,12 +135,17 @@ void moe_pool_run(moe_pool *p, moe_pool_fn fn, void *arg)
 	p->fn = fn;
 	p->arg = arg;
 	atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
-	/* release: workers that see the new generation see fn, arg, pending */
-	atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
-	pthread_mutex_lock(&p->lock);
-	if (p->sleepers)
+	/* workers that see the new generation see fn, arg, pending; a worker
+	 * about to sleep has counted itself before its last look at it */
+	atomic_fetch_add(&p->generation, 1);
+	if (atomic_load(&p->sleepers)) {
+		/* under the lock: a sleeper checks the generation and waits
+		 * without letting go of it, so the broadcast cannot fall
+		 * between the two */
+		pthread_mutex_lock(&p->lock);
 		pthread_cond_broadcast(&p->wake);
-	pthread_mutex_unlock(&p->lock);
+		pthread_mutex_unlock(&p->lock);
+	}
 
 	fn(arg, 0, p->n_threads);
 

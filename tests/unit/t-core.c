@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static void test_errors(void)
@@ -68,6 +69,8 @@ static void test_pool(void)
 {
 	moe_error e = {0};
 	moe_pool *p;
+	/* a lost wake-up hangs a job: the alarm turns that into a failure */
+	alarm(60);
 	ok(moe_pool_create(&p, 4, &e) == 0, "pool of 4 created");
 	for (int round = 0; round < 50; round++) {
 		pool_job j = {.n = 1000};
@@ -83,6 +86,22 @@ static void test_pool(void)
 			ok(all_once, "every thread ran exactly once (round %d)", round);
 		}
 	}
+	/* jobs after the workers have gone to sleep (a pause longer than
+	 * their spin) and right at the edge of it: each must wake every
+	 * worker */
+	int woke = 1;
+	for (int round = 0; round < 40; round++) {
+		struct timespec gap = {0, round % 2 ? 3000000 : 1000L * (round * 2)};
+		nanosleep(&gap, NULL);
+		pool_job j = {.n = 100};
+		moe_pool_run(p, pool_fn, &j);
+		long total = 0;
+		for (int i = 0; i < 4; i++)
+			total += j.sums[i], woke &= j.seen[i] == 1;
+		woke &= total == 99 * 100 / 2;
+	}
+	alarm(0);
+	ok(woke, "jobs after sleeps of 0 to 3 ms: every worker woke and ran once");
 	is_int(moe_pool_threads(p), 4, "thread count");
 	moe_pool_free(p);
 	ok(moe_pool_create(&p, 0, &e) == MOE_EINVAL, "zero threads rejected");
