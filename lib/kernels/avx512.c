@@ -267,8 +267,8 @@ MOE_GEMM(bf16, 4, 6, 4)
  * order (lanes 0-7 block b, 8-15 block b+1; a last odd block is a step
  * with the second half zero).  vpdpbusd's first operand must be unsigned:
  * Q4_0/Q5_0 codes are, their offsets (-8, -16) entering as -8 * sum(x) in
- * the accumulator's start; signed values (Q8_0, the code books) take x
- * biased by 128 and start from -128 * sum(w). */
+ * the accumulator's start; the code books' signed values take x biased
+ * by 128 and start from -128 * sum(w), Q8_0 (below) the other way round. */
 enum { B32_Q4_0, B32_Q5_0, B32_Q4_1, B32_Q5_1, B32_IQ4_NL, B32_MXFP4, B32_Q8_0 };
 
 INLINE size_t b32_bsize(const int kind)
@@ -420,25 +420,6 @@ INLINE __m512 b32_scales_quad(const int mx, const int R, const size_t bs, const 
 	if (mx)
 		return e8m0_half(_mm512_cvtepu16_epi32(f));
 	return _mm512_cvtph_ps(f);
-}
-
-/* Q8_0: integer lane sums of blocks b, b+1 (b+1 only if `two`) for R rows
- * and one token: dp[r], lanes 0-7 block b, 8-15 block b+1.  Both sides
- * are signed: the activations meet vpdpbusd biased by 128, the bias
- * removed as -128 * sum(w). */
-INLINE void q8_dp(const int R, const int two, const uint8_t *w, size_t ldw, const uint8_t *x,
-		  __m512i dp[4])
-{
-	const size_t bs = sizeof(moe_block_q8_0);
-	const __m512i xv = _mm512_xor_si512(q8_codes(x, 0, two), _mm512_set1_epi8((char)0x80));
-	MOE_UNROLL for (int r = 0; r < R; r++) {
-		const uint8_t *b = w + r * ldw;
-		prefetch_ahead(b, 2 * bs);
-		__m512i wv = q8_codes(b, 0, two);
-		__m512i sum = _mm512_dpbusd_epi32(zero_i(), _mm512_set1_epi8(1), wv);
-		__m512i wc = _mm512_sub_epi32(zero_i(), _mm512_slli_epi32(sum, 7));
-		dp[r] = _mm512_dpbusd_epi32(wc, xv, wv);
-	}
 }
 
 /* The activation codes of a quad's blocks j < left (others zero): lo has
@@ -609,23 +590,6 @@ INLINE void b32_tile(const int kind, const int R, const int T, int64_t n, const 
 		s[r] = out[r];
 }
 
-/* Q8_0's decode tile keeps an older form (measured: the quad form below,
- * though faster on cached weights, took 8% more CPU time streaming Q8_0
- * weights from memory in a whole model): runs of 16 blocks per row, the
- * two-block steps' lane sums reduced with cross-lane permutes to one
- * vector of 16 block sums (lane j = block j of the run), the scales of 16
- * blocks gathered.  The same float operations in the same order as the
- * quad form and the GEMM, so the same bits. */
-
-/* Pairwise sums of neighbouring lanes: lanes 0-7 from x, 8-15 from y. */
-INLINE __m512i comb_pairs(__m512i x, __m512i y)
-{
-	const __m512i ia = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-	const __m512i ib = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-	return _mm512_add_epi32(_mm512_permutex2var_epi32(x, ia, y),
-				_mm512_permutex2var_epi32(x, ib, y));
-}
-
 /* The sum of 16 partials in the fixed tree: lanes j + j+8, then + j+4,
  * then + j+2, then the two that are left. */
 INLINE float hsum16(__m512 v)
@@ -637,57 +601,135 @@ INLINE float hsum16(__m512 v)
 	return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
 }
 
-/* f16 scales of nv <= 16 consecutive blocks (stride bs) from p, as floats;
- * lanes from nv on are zero. */
-INLINE __m512 scales16(const uint8_t *p, size_t bs, int nv)
+/* Q8_0's decode tile: runs of 16 blocks per row, two blocks per 64-lane
+ * step in element order.  The weights meet vpdpbusd biased by 128
+ * (unsigned), the bias removed through the activations: each lane starts
+ * from -128 * the sum of its four activation codes, computed once for the
+ * R rows.  The lane sums of a run are reduced with in-lane unpacks to one
+ * vector of its 16 block sums, and the scales are picked out of plain loads
+ * by word permutes (no gather).  Same float operations in the same order as
+ * the quad form and the GEMM (partial b % 16, then hsum16), so the same
+ * bits.
+ *
+ * Decode goes one row at a time (Q8_DR), each run prefetched MOE_PF_DIST
+ * ahead, but never past the end of the rows the gemm was given (an expert
+ * matrix's neighbour is usually an expert the token did not choose).  An
+ * older form (4-row tiles, a -128 * sum(w) correction per row, cross-lane
+ * permutes, 16-scale gathers) took more CPU time than the AVX2 decode in
+ * mixtral-s-q8_0 tg128; 4-row tiles of this form prefetched 32 KiB ahead
+ * without the stop were no better.  Measured (perf stat task-clock of
+ * moe-bench -p 0 -n 128 -r 3 -t 2, 4 interleaved rounds, loaded machine):
+ * old 3957-4466 ms, AVX2 3557-3871, 4-row 16 KiB 3658-3859, 1-row 16 KiB
+ * 3391-3646 (see README). */
+#define Q8_DR 1
+
+/* Lane l of a run's vectors holds block blk(l) = (l & 8) + 2 (l & 3) +
+ * ((l >> 2) & 1) of the run's 16: [0 2 4 6 | 1 3 5 7 | 8 10 12 14 |
+ * 9 11 13 15], the order the in-lane reduction leaves them in; the
+ * partials are put back in block order (q8n_inv) before the tree.
+ *
+ * Word l of window k's permute: the scale of block blk(l) if that is in the
+ * window (blocks 4k .. 4k+3 at words 0, 17, 34, 51 of 128 bytes). */
+static const int16_t q8n_idx[4][32] __attribute__((aligned(64))) = {
+	{0, 34, 0, 0, 17, 51, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+	{0, 0, 0, 34, 0, 0, 17, 51, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+	{0, 0, 0, 0, 0, 0, 0, 0, 0, 34, 0, 0, 17, 51, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+	{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 34, 0, 0, 17, 51, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+};
+/* Lanes of window k filled when it has nbk blocks: q8n_mask[k][nbk]. */
+static const uint16_t q8n_mask[4][5] = {
+	{0x0000, 0x0001, 0x0011, 0x0013, 0x0033},
+	{0x0000, 0x0004, 0x0044, 0x004C, 0x00CC},
+	{0x0000, 0x0100, 0x1100, 0x1300, 0x3300},
+	{0x0000, 0x0400, 0x4400, 0x4C00, 0xCC00},
+};
+
+/* The f16 scales (offset 0, stride 34) of blocks 0 .. nv-1 of a run from
+ * p as floats in the run's lane order, 0 from nv on: four windows of four
+ * blocks, each two 64-byte loads and one word permute. */
+INLINE __m512 q8n_scales(const uint8_t *p, const int nv)
 {
-	const __m512i idx = _mm512_mullo_epi32(
-		_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-		_mm512_set1_epi32((int)bs));
-	const __mmask16 m = nv >= 16 ? 0xFFFF : (__mmask16)((1u << nv) - 1);
-	__m512i g = _mm512_mask_i32gather_epi32(zero_i(), m, idx, p, 1);
-	return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+	const int bs = (int)sizeof(moe_block_q8_0);
+	__m512i r = zero_i();
+	MOE_UNROLL for (int k = 0; k < 4; k++) {
+		const int nbk = nv - 4 * k < 0 ? 0 : nv - 4 * k > 4 ? 4 : nv - 4 * k;
+		if (nbk == 0)
+			break;
+		const int need = (nbk - 1) * bs + 2, avail = nbk * bs;
+		const uint8_t *w = p + 4 * k * bs;
+		r = _mm512_or_si512(r, _mm512_maskz_permutex2var_epi16(
+					       q8n_mask[k][nbk], load_upto(w, need, avail),
+					       _mm512_load_si512(q8n_idx[k]),
+					       load_upto(w + 64, need - 64, avail - 64)));
+	}
+	return _mm512_cvtph_ps(_mm512_castsi512_si256(r));
 }
 
-INLINE void q8_0_tile(const int R, const int T, int64_t n, const uint8_t *w, size_t ldw,
-		      const uint8_t *x, size_t ldx, float *s, size_t lds)
+INLINE void q8_0_tile_pf(const int R, int64_t n, const uint8_t *w, size_t ldw,
+			 const uint8_t *x, float *s, const uint8_t *pf_end)
 {
 	const size_t bs = sizeof(moe_block_q8_0);
 	const int64_t nb = n / MOE_QK;
+	const __m512i b80 = _mm512_set1_epi8((char)0x80);
 	__m512 acc[4];
 
-	(void)T; /* always 1 */
-	(void)ldx;
-	(void)lds;
 	MOE_UNROLL for (int r = 0; r < R; r++)
 		acc[r] = _mm512_setzero_ps();
 	for (int64_t g0 = 0; g0 < nb; g0 += 16) {
 		const int nv = nb - g0 < 16 ? (int)(nb - g0) : 16;
 		const uint8_t *wg = w + g0 * bs, *xg = x + g0 * bs;
-		__m512i l1[4][4], S[4];
-		MOE_UNROLL for (int q = 0; q < 4; q++) {
-			__m512i d0[4], d1[4];
-			const int left = nv - 4 * q;
-			MOE_UNROLL for (int r = 0; r < 4; r++)
-				d0[r] = d1[r] = zero_i();
-			if (left >= 1)
-				q8_dp(R, left >= 2, wg + 4 * q * bs, ldw, xg + 4 * q * bs, d0);
-			if (left >= 3)
-				q8_dp(R, left >= 4, wg + (4 * q + 2) * bs, ldw, xg + (4 * q + 2) * bs,
-				      d1);
-			/* Lanes 4j .. 4j+3: block j of the quad. */
-			MOE_UNROLL for (int r = 0; r < R; r++)
-				l1[r][q] = comb_pairs(d0[r], d1[r]);
+		__m512i xv[8], xc[8], d[4][8];
+		/* Block pair k's activations and -128 * their sums per lane,
+		 * once for the R rows. */
+		MOE_UNROLL for (int k = 0; k < 8; k++) {
+			xv[k] = 2 * k < nv ? q8_codes(xg + 2 * k * bs, 0, 2 * k + 1 < nv) : zero_i();
+			xc[k] = _mm512_sub_epi32(zero_i(), _mm512_dpbusd_epi32(zero_i(), b80, xv[k]));
 		}
-		MOE_UNROLL for (int r = 0; r < R; r++)
-			S[r] = comb_pairs(comb_pairs(l1[r][0], l1[r][1]), comb_pairs(l1[r][2], l1[r][3]));
-		const __m512 dx = scales16(xg, bs, nv);
-		MOE_UNROLL for (int r = 0; r < R; r++)
-			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[r]),
-						 _mm512_mul_ps(scales16(wg + r * ldw, bs, nv), dx), acc[r]);
+		MOE_UNROLL for (int r = 0; r < R; r++) {
+			const uint8_t *b = wg + r * ldw;
+			if ((size_t)(pf_end - b) >= MOE_PF_DIST + 16 * bs)
+				prefetch_ahead(b, 16 * bs);
+			MOE_UNROLL for (int k = 0; k < 8; k++) {
+				if (2 * k >= nv) {
+					d[r][k] = zero_i();
+					continue;
+				}
+				__m512i wv = _mm512_xor_si512(q8_codes(b + 2 * k * bs, 0, 2 * k + 1 < nv), b80);
+				d[r][k] = _mm512_dpbusd_epi32(xc[k], wv, xv[k]);
+			}
+		}
+		const __m512 dx = q8n_scales(xg, nv);
+		MOE_UNROLL for (int r = 0; r < R; r++) {
+			__m512i u = sum_lanes4(d[r][0], d[r][1], d[r][2], d[r][3]);
+			__m512i v = sum_lanes4(d[r][4], d[r][5], d[r][6], d[r][7]);
+			__m512i S = _mm512_add_epi32(_mm512_shuffle_i64x2(u, v, _MM_SHUFFLE(2, 0, 2, 0)),
+						     _mm512_shuffle_i64x2(u, v, _MM_SHUFFLE(3, 1, 3, 1)));
+			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S),
+						 _mm512_mul_ps(q8n_scales(wg + r * ldw, nv), dx), acc[r]);
+		}
 	}
+	const __m512i q8n_inv = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
 	MOE_UNROLL for (int r = 0; r < R; r++)
-		s[r] = hsum16(acc[r]);
+		s[r] = hsum16(_mm512_permutexvar_ps(q8n_inv, acc[r]));
+}
+
+/* Q8_DR-row tiles for each token; the prefetches stop at the last row. */
+static void q8_0_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+		      size_t ldx, float *s, size_t lds)
+{
+	const uint8_t *pw = w, *px = x, *end = pw + (size_t)nr * ldw;
+	for (int t = 0; t < nt; t++) {
+		int r = 0;
+		for (; r + Q8_DR <= nr; r += Q8_DR)
+			q8_0_tile_pf(Q8_DR, n, pw + r * ldw, ldw, px + t * ldx, s + t * lds + r, end);
+		for (; r < nr; r++)
+			q8_0_tile_pf(1, n, pw + r * ldw, ldw, px + t * ldx, s + t * lds + r, end);
+	}
+}
+
+static void q8_0_dot(int64_t n, float *s, const void *w, const void *x)
+{
+	q8_0_tile_pf(1, n, w, 0, x, s, w);
 }
 
 #define MOE_B32_TILE(name, kind)                                                                \
@@ -703,7 +745,6 @@ MOE_B32_TILE(q5_1, B32_Q5_1)
 MOE_B32_TILE(iq4_nl, B32_IQ4_NL)
 MOE_B32_TILE(mxfp4, B32_MXFP4)
 
-MOE_GEMM(q8_0, 4, 1, 4)
 MOE_GEMM(q4_0, 4, 1, 4)
 MOE_GEMM(q5_0, 4, 1, 4)
 MOE_GEMM(q4_1, 4, 1, 4)

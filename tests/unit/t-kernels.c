@@ -370,8 +370,9 @@ static void test_gemm(void)
 	/* Row lengths in blocks: the 32-element kernels go four blocks at a
 	 * time in runs of 16, so 1, 2, 3 and 35 (two runs and three) cover
 	 * every partial step, 18 a run and two; 7 and 13 end a run inside its
-	 * second and fourth quad; K-quants: one super-block and nine (more
-	 * than one unpacked chunk of the prefill GEMM). */
+	 * second and fourth quad (AVX-512 Q8_0 picks its scales four blocks
+	 * at a time); K-quants: one super-block and nine (more than one
+	 * unpacked chunk of the prefill GEMM). */
 	static const int64_t b32_blocks[] = {1, 2, 3, 7, 13, 18, 35}, kq_blocks[] = {1, 9};
 	for (int k = 0; k < n_tables; k++) {
 		for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
