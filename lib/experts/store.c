@@ -4,8 +4,9 @@
  * before the first wait and experts are handed over as they land
  * (acquire_start / acquire_wait); prefetch hints start reads only under the
  * rule in pump(), never waiting; eviction (score()) takes the furthest
- * expected next use (the default), or LRU, or LFRU; a read error of any kind makes the store fail
- * every later call (a stale or partial expert is never handed out). */
+ * expected next use (the default), or LRU, or LFRU; a read error of any
+ * kind makes the store fail every later call (a stale or partial expert is
+ * never handed out). */
 
 #include "experts.h"
 
@@ -107,7 +108,7 @@ typedef struct {
 	bool hints;           /* the store takes hints at all (see gate_hints) */
 	bool hint_shared;     /* acquires came from more than one thread */
 	pthread_t hint_owner; /* the thread of the first acquire */
-	bool hint_owned;
+	bool hint_owned;      /* hint_owner is set */
 	uint64_t hint_rng;    /* picks the acquires whose lookahead is sampled */
 	struct stat st0;
 	moe_experts_params p;
@@ -663,8 +664,8 @@ static void st_prefetch(moe_expert_store *pub, int layer, const int32_t *ids, in
 
 /* The engine runs the router lookahead after an acquire only while
  * pub.prefetch is set (it reads it right after acquire_start returns), and
- * the lookahead costs a router product per layer ahead (about 0.4 ms a
- * token on olmoe-m).  Its hints are read only while the gate is open at
+ * the lookahead costs a router product per layer ahead (about 0.3 ms of
+ * CPU a token on olmoe-m, its routers' weights coming from memory).  Its hints are read only while the gate is open at
  * some distance; closed (nearly always on olmoe-m, whose misses the next
  * routers rarely foresee), the hints would only feed the statistics and
  * the history that may open the gate again.  So while it is closed, ask
