@@ -313,11 +313,23 @@ void ATTN_NAME(const moe_attn_tile *t)
 				q[i] = t->q + (int64_t)(r / t->n_head) * t->q_stride +
 				       (int64_t)(r % t->n_head) * hd;
 			}
+			/* the keys these rows see: in a causal tile's last block
+			 * the early rows see few of the keys decoded */
+			int ga = INT32_MAX, gb = 0;
+			for (int i = 0; i < nr; i++) {
+				int tok = (r0 + i) / t->n_head;
+				int a = (t->lo[tok] > p0 ? t->lo[tok] : p0) - p0;
+				int b = (t->hi[tok] < p0 + bt ? t->hi[tok] : p0 + bt) - p0;
+				if (a < b)
+					ga = a < ga ? a : ga, gb = b > gb ? b : gb;
+			}
+			if (ga >= gb)
+				continue;
 			if (nr == 4)
-				scores4(q, hd, kt, ktw, ja, jb, s);
+				scores4(q, hd, kt, ktw, ga, gb, s);
 			else
 				for (int i = 0; i < nr; i++)
-					scores1(q[i], hd, kt, ktw, ja, jb, s + (size_t)i * ktw);
+					scores1(q[i], hd, kt, ktw, ga, gb, s + (size_t)i * ktw);
 			for (int i = 0; i < nr; i++) {
 				int r = r0 + i, tok = r / t->n_head;
 				int a = (t->lo[tok] > p0 ? t->lo[tok] : p0) - p0;
@@ -338,7 +350,11 @@ void ATTN_NAME(const moe_attn_tile *t)
 		f = l[r] > 0 ? f / l[r] : 0.0f;
 		float *o = t->out + (int64_t)(r / t->n_head) * t->out_stride +
 			   (int64_t)(r % t->n_head) * hdv;
-		for (int d = 0; d < hdv; d++)
-			o[d] = acc[(size_t)r * vw + d] * f;
+		const float *ar = acc + (size_t)r * vw;
+		int d = 0;
+		for (; d + ATTN_VW <= hdv; d += ATTN_VW)
+			vstore(o + d, vload(ar + d) * f);
+		for (; d < hdv; d++)
+			o[d] = ar[d] * f;
 	}
 }
