@@ -35,6 +35,12 @@ typedef int32_t vi __attribute__((vector_size(ATTN_VW * 4)));
 #define PAD 16
 #define ROUND(n) (((n) + PAD - 1) / PAD * PAD)
 
+/* Value accumulators per key in row_update: 4, or 8 where the ISA defines
+ * ATTN_VACC 8 (16 vector registers hold 8 sums, the weight and a load). */
+#ifndef ATTN_VACC
+#define ATTN_VACC 4
+#endif
+
 static inline vf vload(const float *p)
 {
 	vf v;
@@ -230,6 +236,34 @@ static void row_update(const moe_attn_tile *t, float *s, int a, int b, const flo
 	*l = *l * alpha + bs;
 	*m = mn;
 	int d = 0;
+#if ATTN_VACC >= 8
+	/* eight chains per key where the ISA has the registers: the chains
+	 * are latency-bound, so more of them in flight is faster; each dim's
+	 * chain (keys in order) is the same whatever the split */
+	for (; d + 8 * ATTN_VW <= vw; d += 8 * ATTN_VW) {
+		const float *ad = acc + d;
+		vf o0 = vload(ad) * alpha, o1 = vload(ad + ATTN_VW) * alpha,
+		   o2 = vload(ad + 2 * ATTN_VW) * alpha, o3 = vload(ad + 3 * ATTN_VW) * alpha,
+		   o4 = vload(ad + 4 * ATTN_VW) * alpha, o5 = vload(ad + 5 * ATTN_VW) * alpha,
+		   o6 = vload(ad + 6 * ATTN_VW) * alpha, o7 = vload(ad + 7 * ATTN_VW) * alpha;
+		for (int j = a; j < b; j++) {
+			const float *v = vr + (size_t)j * vw + d;
+			vf p = VSPLAT(s[j]);
+			o0 = VFMA(p, vload(v), o0);
+			o1 = VFMA(p, vload(v + ATTN_VW), o1);
+			o2 = VFMA(p, vload(v + 2 * ATTN_VW), o2);
+			o3 = VFMA(p, vload(v + 3 * ATTN_VW), o3);
+			o4 = VFMA(p, vload(v + 4 * ATTN_VW), o4);
+			o5 = VFMA(p, vload(v + 5 * ATTN_VW), o5);
+			o6 = VFMA(p, vload(v + 6 * ATTN_VW), o6);
+			o7 = VFMA(p, vload(v + 7 * ATTN_VW), o7);
+		}
+		vstore(acc + d, o0), vstore(acc + d + ATTN_VW, o1);
+		vstore(acc + d + 2 * ATTN_VW, o2), vstore(acc + d + 3 * ATTN_VW, o3);
+		vstore(acc + d + 4 * ATTN_VW, o4), vstore(acc + d + 5 * ATTN_VW, o5);
+		vstore(acc + d + 6 * ATTN_VW, o6), vstore(acc + d + 7 * ATTN_VW, o7);
+	}
+#endif
 	for (; d + 4 * ATTN_VW <= vw; d += 4 * ATTN_VW) {
 		vf o0 = vload(acc + d) * alpha, o1 = vload(acc + d + ATTN_VW) * alpha,
 		   o2 = vload(acc + d + 2 * ATTN_VW) * alpha, o3 = vload(acc + d + 3 * ATTN_VW) * alpha;
