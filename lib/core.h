@@ -128,11 +128,6 @@ int moe_pool_create(moe_pool **out, int n_threads, moe_error *e);
 int moe_pool_threads(const moe_pool *p);
 void moe_pool_run(moe_pool *p, moe_pool_fn fn, void *arg);
 void moe_pool_free(moe_pool *p);
-/* A thread of a job waiting for another thread's part of the same job
- * (a flag it sets): call once per poll.  Pauses briefly for the first
- * polls and yields the CPU after that, as the pool's own waits do;
- * `polls` counts the calls (start it at 0). */
-void moe_pool_spin(unsigned *polls);
 /* Default thread count: physical cores as far as we can tell, at least 1. */
 int moe_default_threads(void);
 

@@ -157,14 +157,6 @@ void moe_pool_run(moe_pool *p, moe_pool_fn fn, void *arg)
 	}
 }
 
-void moe_pool_spin(unsigned *polls)
-{
-	if ((*polls)++ < SPIN_ROUNDS)
-		cpu_relax();
-	else
-		sched_yield();
-}
-
 void moe_pool_free(moe_pool *p)
 {
 	if (!p)

@@ -117,22 +117,24 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	eng->attn_tile_tokens = group < ATTN_TILE_ROWS ? ATTN_TILE_ROWS / group : 1;
 	eng->attn_work_bytes = (moe_attn_work_bytes((int)hd, (int)hp->head_dim_v, block,
 						    eng->attn_tile_tokens * group) + 63) & ~(size_t)63;
-	size_t slots = EXP_PAR_MAX * k, ffx = hp->n_ff_exp ? hp->n_ff_exp : 1;
-	for (uint32_t il = 0; il < hp->n_layer; il++) {
-		const moe_layer *L = &m->layers[il];
-		for (uint32_t x = 0; L->is_moe && x < hp->n_expert; x++) {
-			eng->par_qx_row = max_sz(eng->par_qx_row, moe_matmul_scratch(L->exp_gate[x].dtype, E, 1));
-			eng->par_qx_row = max_sz(eng->par_qx_row, moe_matmul_scratch(L->exp_up[x].dtype, E, 1));
-			eng->par_qg_row = max_sz(eng->par_qg_row,
-						 moe_matmul_scratch(L->exp_down[x].dtype, ffx, 1));
+	eng->par_stride = (3 * EXP_PAR_MAX) * E + 2 * EXP_PAR_MAX * (size_t)hp->n_ff_exp;
+	eng->par_scratch_bytes = 64;
+	if (hp->n_expert) {
+		const moe_layer *L = NULL;
+		for (uint32_t il = 0; il < hp->n_layer && !L; il++)
+			if (m->layers[il].is_moe)
+				L = &m->layers[il];
+		for (uint32_t x = 0; L && x < hp->n_expert; x++) {
+			eng->par_scratch_bytes = max_sz(eng->par_scratch_bytes,
+				moe_matmul_scratch(L->exp_gate[x].dtype, E, EXP_PAR_MAX));
+			eng->par_scratch_bytes = max_sz(eng->par_scratch_bytes,
+				moe_matmul_scratch(L->exp_down[x].dtype, hp->n_ff_exp, EXP_PAR_MAX));
 		}
-	}
-	if (eng->par_qx_row > (1u << 24) || eng->par_qg_row > (1u << 24)) {
-		rc = moe_err(e, MOE_ERANGE, "engine: expert scratch size overflows");
-		goto fail;
+		/* other layers may use other types */
+		eng->par_scratch_bytes = max_sz(eng->par_scratch_bytes, product_scratch(m, EXP_PAR_MAX));
 	}
 	size_t scratch = product_scratch(m, (int64_t)B);
-	if (scratch == SIZE_MAX) {
+	if (scratch == SIZE_MAX || eng->par_scratch_bytes == SIZE_MAX) {
 		rc = moe_err(e, MOE_ERANGE, "engine: scratch size overflows");
 		goto fail;
 	}
@@ -159,12 +161,8 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 	    !(eng->attn_work = moe_arena_alloc(a, nth * eng->attn_work_bytes, 64)) ||
 	    !(eng->attn_blocks = moe_arena_alloc(a, nth * 2 * (size_t)eng->kv.n_blocks *
 							 sizeof *eng->attn_blocks, 64)) ||
-	    !(eng->par_x = FLOATS(slots * E)) || !(eng->par_g = FLOATS(slots * ffx)) ||
-	    !(eng->par_u = FLOATS(slots * ffx)) || !(eng->par_d = FLOATS(slots * E)) ||
-	    !(eng->par_qx = moe_arena_alloc(a, slots * eng->par_qx_row + 64, 64)) ||
-	    !(eng->par_qg = moe_arena_alloc(a, slots * eng->par_qg_row + 64, 64)) ||
-	    !(eng->par_stage = moe_arena_alloc(a, nx * sizeof(atomic_int), 64)) ||
-	    !(eng->par_left = moe_arena_alloc(a, nx * sizeof(atomic_int), 64)) ||
+	    !(eng->par_buf = FLOATS(nth * eng->par_stride)) ||
+	    !(eng->par_scratch = moe_arena_alloc(a, nth * eng->par_scratch_bytes, 64)) ||
 	    !(eng->out_rows = FLOATS(B * hp->n_vocab)) || !(eng->want = INTS(B))) {
 		rc = moe_err(e, MOE_ENOMEM, "out of memory for the engine's buffers");
 		goto fail;

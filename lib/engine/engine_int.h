@@ -7,8 +7,6 @@
 #include "kernels.h"
 #include "quant.h"
 
-#include <stdatomic.h>
-
 /* One KV block: block_tokens positions of every layer.  Per layer, K holds
  * one row per position (kv_row_bytes, kv_type), V the same, except for an
  * F16 cache where K is transposed — [kv dims][block_tokens] — so that the
@@ -112,15 +110,12 @@ struct moe_engine {
 	uint8_t *attn_work;
 	size_t attn_work_bytes;
 	const uint8_t **attn_blocks; /* [thread][K, V][kv.n_blocks] a tile's block addresses */
-	/* small steps (forward.c, split_experts): rows per slot of up to
-	 * EXP_PAR_MAX tokens x k choices, an expert's rows at its first_of;
-	 * quantised copies of the inputs and of the gate rows; per expert
-	 * progress counters */
-	float *par_x, *par_g, *par_u, *par_d; /* [slots, n_embd], [slots, ff] x2, [slots, n_embd] */
-	uint8_t *par_qx, *par_qg;
-	size_t par_qx_row, par_qg_row;        /* bytes per slot */
-	atomic_int *par_stage;   /* [n_expert] stages done (split_experts) */
-	atomic_int *par_left;    /* [n_expert] products still running in the stage */
+	/* experts run whole per thread (small steps): per thread input, gate,
+	 * up, output rows for up to EXP_PAR_MAX tokens, and product scratch */
+	float *par_buf;
+	size_t par_stride;       /* floats per thread */
+	uint8_t *par_scratch;
+	size_t par_scratch_bytes;
 	/* logits rows gathered for the output product */
 	float *out_rows;         /* [B, n_vocab] */
 	int32_t *want;           /* [B] tokens that want logits */
@@ -151,10 +146,9 @@ struct moe_engine {
 	} ds;
 };
 
-/* Steps of at most this many tokens run a layer's experts as one pool job
- * of row blocks the threads take in turn (forward.c, split_experts: decode
- * of a few sequences); larger ones run each expert over all the threads in
- * turn. */
+/* Steps of at most this many tokens run each expert whole on one thread
+ * (decode of a few sequences); larger ones split each expert's rows over
+ * the threads instead. */
 #define EXP_PAR_MAX 16
 
 /* Query rows (tokens x query heads of one KV head) per attention tile: the

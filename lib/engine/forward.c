@@ -579,125 +579,45 @@ static void scatter_rows(moe_engine *eng, int a, const float *down)
 	}
 }
 
-/* Row blocks per expert product for split_experts: blocks of about 128
- * rows, small enough that the threads finish a layer's experts together
- * whatever the experts' token counts (fewer, larger blocks measured more
- * time waiting), large enough that taking one costs nothing beside it. */
-static int split_parts(int64_t rows)
-{
-	return rows >= 256 ? (int)(rows / 128) : 1;
-}
-
 typedef struct {
 	moe_engine *eng;
 	const int *which;  /* [n] indices into eng->active to compute */
-	int n, il;
-	int gu_parts, dn_parts; /* row blocks per expert of gate/up, of down */
-	atomic_int next;   /* the next item to take */
-} split_job;
+	int n;
+	atomic_int next;   /* the next of which[] to take */
+	int il;
+} expert_job;
 
-/* Wait until expert a has finished `stage` stages (another thread's items). */
-static void wait_stage(const split_job *j, int a, int stage)
+/* Small steps: each thread runs whole experts on its own (one pool wake per
+ * layer instead of three per expert), taking the next one when it is done
+ * with the last, so threads that drew experts with fewer tokens take more.
+ * Which thread runs an expert does not change its results. */
+static void expert_worker(void *arg, int ith, int nth)
 {
-	unsigned polls = 0;
-	while (atomic_load_explicit(&j->eng->par_stage[a], memory_order_acquire) < stage)
-		moe_pool_spin(&polls);
-}
-
-/* Item `it` of split_experts' list. */
-static void split_item(split_job *j, int it)
-{
+	expert_job *j = arg;
 	moe_engine *eng = j->eng;
 	const moe_hparams *hp = &eng->m->hp;
-	const moe_layer *L = &eng->m->layers[j->il];
 	int64_t E = hp->n_embd, ff = hp->n_ff_exp;
-	int n = j->n, kind, a, part;
-	if (it < n) {
-		kind = 0, a = j->which[it], part = 0;
-	} else if ((it -= n) < n * j->gu_parts) {
-		kind = 1, a = j->which[it / j->gu_parts], part = it % j->gu_parts;
-	} else {
-		it -= n * j->gu_parts;
-		kind = 2, a = j->which[it / j->dn_parts], part = it % j->dn_parts;
-	}
-	const moe_expert *x = &eng->active_w[a];
-	int m = eng->count_of[a], id = eng->active[a];
-	size_t s0 = (size_t)eng->first_of[a]; /* the expert's first slot */
-	float *xe = eng->par_x + s0 * E, *g = eng->par_g + s0 * ff, *u = eng->par_u + s0 * ff;
-	float *de = eng->par_d + s0 * E;
-	uint8_t *qx = eng->par_qx + s0 * eng->par_qx_row, *qg = eng->par_qg + s0 * eng->par_qg_row;
-
-	if (kind == 0) { /* its rows, quantised once for gate and up */
+	float *xe = eng->par_buf + (size_t)ith * eng->par_stride;
+	float *de = xe + EXP_PAR_MAX * E, *g = de + EXP_PAR_MAX * E, *u = g + EXP_PAR_MAX * ff;
+	void *scr = eng->par_scratch + (size_t)ith * eng->par_scratch_bytes;
+	(void)nth;
+	for (int w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n;) {
+		int a = j->which[w];
+		const moe_expert *x = &eng->active_w[a];
+		int m = eng->count_of[a];
 		gather_rows(eng, a, xe);
-		moe_matmul_quantize(eng->k, x->gate->dtype, E, xe, E, m, qx, 0, 1);
-		atomic_store_explicit(&eng->par_stage[a], 1, memory_order_release);
-		return;
-	}
-	if (kind == 1) { /* rows of gate and up */
-		wait_stage(j, a, 1);
-		moe_matmul_compute(eng->k, x->gate->dtype, x->gate->data, ff, E, xe, E, m, g, ff, qx,
-				   part, j->gu_parts);
-		moe_matmul_compute(eng->k, x->up->dtype, x->up->data, ff, E, xe, E, m, u, ff, qx, part,
-				   j->gu_parts);
-		/* the last block's thread finishes the stage: GLU, quantised */
-		if (atomic_fetch_sub_explicit(&eng->par_left[a], 1, memory_order_acq_rel) == 1) {
-			glu(hp, g, u, m, ff, L->exp_gate_b ? L->exp_gate_b[id] : NULL,
-			    L->exp_up_b ? L->exp_up_b[id] : NULL);
-			moe_matmul_quantize(eng->k, x->down->dtype, ff, g, ff, m, qg, 0, 1);
-			atomic_store_explicit(&eng->par_left[a], j->dn_parts, memory_order_relaxed);
-			atomic_store_explicit(&eng->par_stage[a], 2, memory_order_release);
-		}
-		return;
-	}
-	wait_stage(j, a, 2); /* rows of down */
-	moe_matmul_compute(eng->k, x->down->dtype, x->down->data, E, ff, g, ff, m, de, E, qg, part,
-			   j->dn_parts);
-	if (atomic_fetch_sub_explicit(&eng->par_left[a], 1, memory_order_acq_rel) == 1) {
+		gate_up(eng->k, NULL, x->gate, x->up, xe, m, g, u, scr);
+		const moe_layer *L = &eng->m->layers[j->il];
+		int id = eng->active[a];
+		glu(hp, g, u, m, ff, L->exp_gate_b ? L->exp_gate_b[id] : NULL,
+		    L->exp_up_b ? L->exp_up_b[id] : NULL);
+		moe_matmul(eng->k, NULL, x->down->dtype, x->down->data, x->down->rows, x->down->cols, g,
+			   ff, m, de, E, scr);
 		if (L->exp_down_b)
 			for (int64_t i = 0; i < (int64_t)m * E; i++)
 				de[i] += L->exp_down_b[id][i % E];
 		scatter_rows(eng, a, de);
 	}
-}
-
-static void split_worker(void *arg, int ith, int nth)
-{
-	split_job *j = arg;
-	int total = j->n * (1 + j->gu_parts + j->dn_parts);
-	(void)ith, (void)nth;
-	for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < total;)
-		split_item(j, it);
-}
-
-/* Small steps: the layer's experts in one pool job of work items taken in
- * turn by whichever thread is free: each expert's input rows (gathered,
- * quantised), then row blocks of every expert's gate and up products, then
- * row blocks of the down products.  An item waits for the stage before it
- * of its own expert (already taken, by the order of the list, so the wait
- * ends); the thread finishing a stage's last block runs the GLU (or the
- * output's scatter).  The threads thus finish together however unevenly
- * the tokens fall on the experts, and one descheduled thread holds up only
- * its current block.  Each output element comes from the same kernel call
- * on the same rows and tokens whichever thread or block computes it, so
- * the results do not depend on the thread count. */
-static void split_experts(moe_engine *eng, int il, const int *which, int n)
-{
-	const moe_hparams *hp = &eng->m->hp;
-	split_job j = {.eng = eng, .which = which, .n = n, .il = il,
-		       .gu_parts = split_parts((int64_t)hp->n_ff_exp),
-		       .dn_parts = split_parts((int64_t)hp->n_embd)};
-	atomic_init(&j.next, 0);
-	for (int w = 0; w < n; w++) {
-		atomic_store_explicit(&eng->par_stage[which[w]], 0, memory_order_relaxed);
-		atomic_store_explicit(&eng->par_left[which[w]], j.gu_parts, memory_order_relaxed);
-	}
-	/* one expert (a streamed expert that just arrived): run it here
-	 * rather than wait for a worker to wake from its sleep during the
-	 * read */
-	if (n == 1)
-		split_worker(&j, 0, 1);
-	else
-		moe_pool_run(eng->pool, split_worker, &j);
 }
 
 /* Router lookahead (streamed stores): apply the routers of the next
@@ -737,35 +657,29 @@ static void lookahead(moe_engine *eng, int il, int B)
 	}
 }
 
-/* Whether split_experts can run these experts: gate and up of one type
- * (their input is quantised once for both) and the usual shapes. */
-static bool split_fits(const moe_engine *eng, const int *which, int n)
-{
-	const moe_hparams *hp = &eng->m->hp;
-	for (int w = 0; w < n; w++) {
-		const moe_expert *x = &eng->active_w[which[w]];
-		if (x->gate->dtype != x->up->dtype || x->gate->rows != (int64_t)hp->n_ff_exp ||
-		    x->up->rows != (int64_t)hp->n_ff_exp || x->gate->cols != (int64_t)hp->n_embd ||
-		    x->down->rows != (int64_t)hp->n_embd || x->down->cols != (int64_t)hp->n_ff_exp)
-			return false;
-	}
-	return true;
-}
-
 /* Experts which[0..n) of the layer (indices into eng->active), each writing
  * only its own rows of expert_out. */
 static void compute_experts(moe_engine *eng, int il, int B, int *which, int n)
 {
-	if (B <= EXP_PAR_MAX && !eng->observe_fn && split_fits(eng, which, n)) {
-		/* Most tokens first (insertion sort, stable): their blocks
-		 * take longest, and the list then ends on short ones. */
+	if (B <= EXP_PAR_MAX && !eng->observe_fn) {
+		/* Most tokens first (insertion sort, stable): the threads take
+		 * the next expert as they finish, and ending on the small ones
+		 * leaves the least time with one thread idle before the layer's
+		 * barrier (longest-processing-time order). */
 		for (int w = 1; w < n; w++) {
 			int a = which[w], c = eng->count_of[a], v = w;
 			for (; v > 0 && eng->count_of[which[v - 1]] < c; v--)
 				which[v] = which[v - 1];
 			which[v] = a;
 		}
-		split_experts(eng, il, which, n);
+		expert_job j = {eng, which, n, 0, il};
+		/* one expert (a streamed expert that just arrived) is one thread's
+		 * work: run it here rather than wait for a worker to wake from its
+		 * sleep during the read just to find nothing left to take */
+		if (n == 1)
+			expert_worker(&j, 0, 1);
+		else
+			moe_pool_run(eng->pool, expert_worker, &j);
 		return;
 	}
 	/* each expert over all threads, for the tokens routed to it */

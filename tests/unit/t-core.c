@@ -4,7 +4,6 @@
 #include "tap.h"
 
 #include <dirent.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -66,29 +65,6 @@ static void pool_fn(void *arg, int ith, int nth)
 	j->seen[ith]++;
 }
 
-/* Thread 1 waits (moe_pool_spin) for what thread 0 writes in the same job. */
-typedef struct {
-	atomic_int flag;
-	long value, seen;
-} spin_job;
-
-static void spin_fn(void *arg, int ith, int nth)
-{
-	spin_job *j = arg;
-	(void)nth;
-	if (ith == 0) {
-		struct timespec d = {0, 2000000}; /* past the spin: the waiter yields */
-		nanosleep(&d, NULL);
-		j->value = 42;
-		atomic_store_explicit(&j->flag, 1, memory_order_release);
-	} else if (ith == 1) {
-		unsigned polls = 0;
-		while (!atomic_load_explicit(&j->flag, memory_order_acquire))
-			moe_pool_spin(&polls);
-		j->seen = j->value;
-	}
-}
-
 static void test_pool(void)
 {
 	moe_error e = {0};
@@ -126,10 +102,6 @@ static void test_pool(void)
 	}
 	alarm(0);
 	ok(woke, "jobs after sleeps of 0 to 3 ms: every worker woke and ran once");
-	spin_job sj = {.value = 0};
-	atomic_init(&sj.flag, 0);
-	moe_pool_run(p, spin_fn, &sj);
-	is_int((int)sj.seen, 42, "moe_pool_spin: a thread waits for another's part of the job");
 	is_int(moe_pool_threads(p), 4, "thread count");
 	moe_pool_free(p);
 	ok(moe_pool_create(&p, 0, &e) == MOE_EINVAL, "zero threads rejected");
