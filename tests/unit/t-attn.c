@@ -278,5 +278,6 @@ int main(void)
 		check_case(kv[i], 96, 1, 5, 64, 70, 6, 0, 0);
 	}
 	check_case(MOE_F16, 80, 2, 2, 64, 130, 9, 0, 0); /* F16 head not a multiple of 16 */
+	check_case(MOE_F16, 36, 1, 3, 16, 40, 7, 0, 0); /* nor of 8: the output's scalar tail */
 	return tap_done();
 }
