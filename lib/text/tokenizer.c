@@ -14,6 +14,7 @@
 #include "text_int.h"
 
 #include <ctype.h>
+#include <math.h>
 
 int moe_ids_push(moe_ids *ids, int32_t id)
 {
@@ -202,6 +203,9 @@ static int copy_vocab(moe_tokenizer *t, const moe_vocab_data *vd, moe_error *e)
 			return moe_err(e, MOE_EFORMAT, "vocabulary: token %" PRIu32
 				       ": offsets not increasing", i);
 		t->scores[i] = vd->scores ? vd->scores[i] : 0.0f;
+		if (!isfinite(t->scores[i])) /* Viterbi and merge ranks need numbers */
+			return moe_err(e, MOE_EFORMAT, "vocabulary: token %" PRIu32
+				       ": score is not a finite number", i);
 		int32_t ty = vd->types ? vd->types[i] : MOE_TOKEN_NORMAL;
 		t->types[i] = (uint8_t)(ty >= 0 && ty <= MOE_TOKEN_BYTE ? ty : MOE_TOKEN_UNDEFINED);
 		t->flags[i] = vd->flags ? vd->flags[i] : 0;

@@ -16,7 +16,9 @@
 #include "hf.h"
 #include "text_int.h"
 
+#include <float.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 
 #define HF_MAX_TOKENS (1u << 24) /* far above any real vocabulary */
@@ -400,7 +402,14 @@ static int parse(moe_vocab_data *vd, json_t *tj, json_t *cfg, moe_arena *a, hf_c
 			c->str[i] = json_string_value(json_array_get(v, 0));
 			c->len[i] = json_string_length(json_array_get(v, 0));
 			c->type[i] = MOE_TOKEN_NORMAL;
-			uscores[i] = (float)json_number_value(json_array_get(v, 1));
+			/* A score a float cannot hold would become -inf, and no
+			 * segmentation of a piece could then score above the
+			 * Viterbi's floor. */
+			double score = json_number_value(json_array_get(v, 1));
+			if (!(fabs(score) <= FLT_MAX))
+				return moe_err(e, MOE_EFORMAT, "tokenizer.json: model.vocab[%zu]: "
+					       "score %g is out of a float's range", i, score);
+			uscores[i] = (float)score;
 		}
 	} else {
 		json_object_foreach(vocab, key, v) {

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -655,6 +656,51 @@ static void test_garbage(void)
 		rejected += moe_vocab_data_from_hf(&vd, bad[k], NULL, &a, &e) < 0;
 	is_int(rejected, (int)(sizeof bad / sizeof bad[0]), "malformed tokenizer.json files are "
 	       "rejected (last: %s)", e.msg);
+	moe_arena_free(&a);
+}
+
+/* A Unigram score a float cannot hold (found by fuzz-tokenizer-json: it
+ * became -inf, no segmentation then beat the Viterbi's floor, and encoding
+ * walked back through unset links) is refused when the tokenizer.json is
+ * read; a non-finite score from any other source when the tokenizer is
+ * built. */
+static void test_bad_scores(void)
+{
+	static const char good[] = "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": "
+				   "[[\"<unk>\", 0.0], [\"a\", -1.5], [\"b\", -2.5]]}}";
+	static const char huge[] = "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": "
+				   "[[\"<unk>\", 0.0], [\"a\", -5e60], [\"b\", -2.5]]}}";
+	moe_arena a;
+	moe_vocab_data vd;
+	moe_error e = {0};
+	moe_arena_init(&a, 0);
+	int rc = moe_vocab_data_from_hf(&vd, huge, NULL, &a, &e);
+	ok(rc == MOE_EFORMAT && strstr(e.msg, "model.vocab[1]") && strstr(e.msg, "float"),
+	   "a Unigram score of -5e60 is refused: %s", rc ? e.msg : "accepted");
+	rc = moe_vocab_data_from_hf(&vd, good, NULL, &a, &e);
+	ok(rc == 0, "the same vocabulary with finite scores reads: %s", rc ? e.msg : "ok");
+	if (rc == 0) {
+		moe_tokenizer *t;
+		rc = moe_tokenizer_from_data(&t, &vd, &e);
+		ok(rc == 0, "and builds a tokenizer: %s", rc ? e.msg : "ok");
+		if (rc == 0)
+			moe_tokenizer_free(t);
+		float *scores = moe_arena_alloc(&a, vd.n_tokens * sizeof *scores, sizeof *scores);
+		const float bad[] = {-INFINITY, NAN, INFINITY};
+		int refused = 0;
+		for (size_t k = 0; scores && k < sizeof bad / sizeof bad[0]; k++) {
+			memcpy(scores, vd.scores, vd.n_tokens * sizeof *scores);
+			scores[2] = bad[k];
+			moe_vocab_data v2 = vd;
+			v2.scores = scores;
+			if (moe_tokenizer_from_data(&t, &v2, &e) == 0)
+				moe_tokenizer_free(t);
+			else
+				refused += strstr(e.msg, "token 2: score is not a finite number") != NULL;
+		}
+		is_int(refused, 3, "scores of -inf, nan and inf are refused when building the "
+		       "tokenizer (%s)", e.msg);
+	}
 	moe_arena_free(&a);
 }
 
@@ -1358,6 +1404,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++)
 		test_uth(vocabs[i]);
 	test_garbage();
+	test_bad_scores();
 	static const char *const hf[] = {"gpt-2", "llama-spm"};
 	for (size_t i = 0; i < 2; i++) {
 		char *copy = strdup(corpus);
