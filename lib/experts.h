@@ -10,7 +10,8 @@
  * pins its slot's pages in the computing thread.  A thread of the store's
  * own does that in the background, 64 MiB at a time, so open returns at
  * once; until it is done the store uses the slots already faulted in, and
- * an acquire that needs more waits for the next chunk.  Reads use O_DIRECT through io_uring, so the page
+ * an acquire that needs more waits for the next chunk.  Reads use O_DIRECT
+ * through io_uring, so the page
  * cache is not used and memory stays within the budget; where O_DIRECT is
  * refused (tmpfs, some file systems) the store falls back to buffered reads
  * with a warning and drops the read pages from the page cache again.
@@ -41,7 +42,8 @@
  * pub.prefetch unlocked).
  *
  * Thread safety: one store may serve several engines; its calls (and the
- * population thread's hand-over of each chunk) serialise on a mutex, which is held while waiting for the disk (blocking in the
+ * population thread's hand-over of each chunk) serialise on a mutex, which
+ * is held while waiting for the disk (blocking in the
  * kernel in io_uring_wait_cqe or pread, never spinning), so engines sharing
  * a store wait one at a time.  A slot is never evicted while acquired,
  * while its read is in flight, or while pinned.

@@ -665,7 +665,8 @@ static void st_prefetch(moe_expert_store *pub, int layer, const int32_t *ids, in
 /* The engine runs the router lookahead after an acquire only while
  * pub.prefetch is set (it reads it right after acquire_start returns), and
  * the lookahead costs a router product per layer ahead (about 0.3 ms of
- * CPU a token on olmoe-m, its routers' weights coming from memory).  Its hints are read only while the gate is open at
+ * CPU a token on olmoe-m, its routers' weights coming from memory).  Its
+ * hints are read only while the gate is open at
  * some distance; closed (nearly always on olmoe-m, whose misses the next
  * routers rarely foresee), the hints would only feed the statistics and
  * the history that may open the gate again.  So while it is closed, ask
