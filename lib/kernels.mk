@@ -6,7 +6,7 @@ lib_libmoecore_a_SOURCES += lib/kernels/kernels.c lib/kernels/generic.c lib/kern
 # Products over the repacked (row-interleaved) layouts, one file per level
 # around one loop (repack_loop.h).
 lib_libmoecore_a_SOURCES += lib/kernels/repack_generic.c
-noinst_HEADERS += lib/kernels/repack_loop.h lib/kernels/repack_x86.h
+noinst_HEADERS += lib/kernels/repack_loop.h lib/kernels/repack_x86.h lib/kernels/hsum_x86.h
 # The attention tile: one body (attn_tile.h) compiled once per level.
 noinst_HEADERS += lib/kernels/attn_tile.h
 lib_libmoecore_a_SOURCES += lib/kernels/attn_generic.c

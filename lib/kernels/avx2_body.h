@@ -27,6 +27,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/hsum_x86.h"
 #include "kernels/kernels_int.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -42,22 +43,6 @@ INLINE uint16_t ld16(const uint8_t *p)
 INLINE float h2f(const uint8_t *p)
 {
 	return _cvtsh_ss(ld16(p));
-}
-
-INLINE float hsum8(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
-INLINE int hsum8i(__m256i v)
-{
-	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-	return _mm_cvtsi128_si32(s);
 }
 
 /* acc + the sums of u8 x s8 products, four per 32-bit lane (the pair sums

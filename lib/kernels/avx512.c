@@ -37,6 +37,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/hsum_x86.h"
 #include "kernels/kernels_int.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -588,17 +589,6 @@ INLINE void b32_tile(const int kind, const int R, const int T, int64_t n, const 
 	_mm_storeu_ps(out, d);
 	MOE_UNROLL for (int r = 0; r < R; r++)
 		s[r] = out[r];
-}
-
-/* The sum of 16 partials in the fixed tree: lanes j + j+8, then + j+4,
- * then + j+2, then the two that are left. */
-INLINE float hsum16(__m512 v)
-{
-	__m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
-				 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-	__m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-	__m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-	return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
 }
 
 /* Q8_0's decode tile: runs of 16 blocks per row, two blocks per 64-lane

@@ -26,6 +26,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/hsum_x86.h"
 #include "kernels/kernels_int.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -73,17 +74,6 @@ static void round_row(const float *x, int64_t n, uint16_t *y)
 		_mm512_storeu_si512(y + i, bf16_from_floats(x, i, n));
 }
 
-/* Step 3 of the file comment. */
-INLINE float lane_sum(__m512 v)
-{
-	__m256 lo = _mm512_castps512_ps256(v);
-	__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-	__m256 s8 = _mm256_add_ps(lo, hi);                                          /* j + j+8 */
-	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1)); /* +4 */
-	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                          /* +2 */
-	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));                 /* 0 + 1 */
-}
-
 /* s[t * lds + r] = dot(row r, token t) for R rows of BF16 weights (ldw
  * bytes apart) and T tokens.  Activations: from_floats 0, T bf16 rows of
  * padded(n) (round_row's form, ldx elements apart); 1, one float row,
@@ -116,7 +106,7 @@ INLINE void bf16_tile(const int from_floats, const int R, const int T, int64_t n
 	}
 	MOE_UNROLL for (int r = 0; r < R; r++)
 		MOE_UNROLL for (int t = 0; t < T; t++)
-			s[t * lds + r] = lane_sum(acc[r][t]);
+			s[t * lds + r] = hsum16(acc[r][t]); /* step 3 of the file comment */
 }
 
 static void bf16_dot(int64_t n, float *s, const void *w, const void *x)

@@ -11,17 +11,6 @@
 
 #include "kernels/repack_x86.h"
 
-/* avx512.c's hsum16: lanes j + j+8, then + j+4, then + j+2, then the two
- * that are left. */
-INLINE float hsum16(__m512 v)
-{
-	__m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
-				 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-	__m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-	__m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-	return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
-}
-
 INLINE void q8_0_r4_tile(const moe_block_q8_0x4 *g, const moe_block_q8_0 *y, int64_t nb,
 			 float out[4])
 {

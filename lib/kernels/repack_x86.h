@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/hsum_x86.h"
 #include "kernels/kernels_int.h"
 #include "kernels/repack_loop.h"
 
