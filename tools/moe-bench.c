@@ -61,7 +61,8 @@ static void help(void)
 	printf("Usage: %s -m MODEL [-m MODEL]... [OPTION]...          (throughput)\n"
 	       "  or:  %s -m MODEL --perplexity FILE [-c N] [--chunks N] [--kl-base OUT]\n"
 	       "  or:  %s -m MODEL --kl BASE [--perplexity FILE]\n"
-	       "  or:  %s -m MODEL --expert-stats OUT.json (--perplexity FILE | -f PROMPT [-n N])\n"
+	       "  or:  %s -m MODEL --expert-stats OUT.json --perplexity FILE\n"
+	       "  or:  %s -m MODEL --expert-stats OUT.json -f FILE [-n N]\n"
 	       "  or:  %s -m MODEL --imatrix OUT -f TEXT [-c N] [--chunks N]\n"
 	       "  or:  %s -m MODEL (--mem-budget LIST [-n N] [-f FILE] | --plan)\n"
 	       "  or:  %s --endpoint URL [-np LIST] [-p N] [-n N] [-r N]\n"
@@ -74,7 +75,8 @@ static void help(void)
 	       "  -m, --model=MODEL     a UTH file or moe-pull name (repeat for several)\n"
 	       "  -p, --n-prompt=LIST   prompt processing of N tokens (default 512; 0: none)\n"
 	       "  -n, --n-gen=LIST      generation tests of N tokens (default 128; 0: none)\n"
-	       "  -pg, --pg=PP,TG       a test of PP prompt tokens then TG generated (repeatable)\n"
+	       "  -pg, --pg=PP,TG       a test of PP prompt tokens then TG generated\n"
+	       "                        (repeatable)\n"
 	       "  -np, --parallel=LIST  instead: N sequences at once, each with -p prompt and\n"
 	       "                        -n generated tokens (llama-batched-bench); aggregate\n"
 	       "                        prefill and generation tokens/s per N\n"
@@ -88,7 +90,8 @@ static void help(void)
 	       "  -o, --output=FORMAT   md (default), csv, json or jsonl\n"
 	       "      --endpoint=URL    instead: TTFT, inter-token latency and tokens/s of an\n"
 	       "                        OpenAI-compatible server (http://HOST:PORT or unix:PATH)\n"
-	       "                        with -np streaming clients, -p, -n, -r, --model, --api-key\n"
+	       "                        with -np streaming clients; also -p, -n, -r, --model,\n"
+	       "                        --api-key\n"
 	       "      --stream-bw       measure the memory bandwidth first (STREAM triad, all\n"
 	       "                        threads); tg rows then show their share of it\n"
 	       "      --stream-mib=N    size of each of the three arrays in MiB (default 256;\n"
@@ -142,7 +145,7 @@ static void help(void)
 	       "Exit status: 0 success, 1 failure, 2 usage error.\n"
 	       "See moe-bench(1).\n",
 	       cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(),
-	       cli_prog(),
+	       cli_prog(), cli_prog(),
 	       MOE_EXPERTS_MAX_LOOKAHEAD, MOE_EXPERTS_LOOKAHEAD);
 }
 
