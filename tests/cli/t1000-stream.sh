@@ -125,6 +125,11 @@ assert r["slots"] == int(sys.argv[2]) and r["tok_s"] > 0, (r["slots"], sys.argv[
 ok $? "... runs with one slot per expert of a layer ($NX)"
 "$BIN/moe-bench" -m "$M" --mem-budget 1K -n 4 2>"$T/err" >/dev/null; is $? 1 "moe-bench: budget too small: failure"
 "$BIN/moe-bench" -m "$M" --mem-budget 90% --policy mru 2>/dev/null >/dev/null; is $? 2 "--policy mru: usage error"
+# --pin is a number from 0 to 1: text or trailing junk is refused, not read as 0
+"$BIN/moe-bench" -m "$M" --mem-budget 90% --pin abc -n 4 2>"$T/err" >/dev/null; is $? 2 "--pin abc: usage error"
+grep -q -- "--pin" "$T/err"; ok $? "... naming --pin: $(head -1 "$T/err")"
+"$BIN/moe-bench" -m "$M" --mem-budget 90% --pin 0.5x -n 4 2>/dev/null >/dev/null; is $? 2 "--pin 0.5x: usage error"
+"$BIN/moe-bench" -m "$M" --mem-budget 90% --pin 0.5 -n 4 2>"$T/err" >/dev/null; is $? 2 "--pin without --expert-profile: usage error"
 # moe-bench --plan: predictions for a few budgets and a recommendation
 "$BIN/moe-bench" -m "$M" --plan > "$T/plan.txt" 2>"$T/err"; ok $? "moe-bench --plan"
 grep -q "^recommended: --mem-budget [0-9]*M" "$T/plan.txt" && grep -q "largest that fits" "$T/plan.txt"
