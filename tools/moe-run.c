@@ -118,7 +118,7 @@ static void help(void)
 	       "                        line; the KV cache is kept across turns\n"
 	       "      --jsonl           batch: each input line {\"prompt\": ...} or {\"messages\":\n"
 	       "                        [...]} (plus sampling fields) gives one output line\n"
-	       "                        {\"text\", \"tokens\", \"finish_reason\"}\n"
+	       "                        {\"text\", \"tokens\", \"prompt_tokens\", \"finish_reason\"}\n"
 	       "      --tokenize        print the token ids of the text, separated by spaces\n"
 	       "      --detokenize      read token ids (separated by white space), print text\n"
 	       "      --render-chat     read a JSON array of {\"role\", \"content\"} messages and\n"
@@ -1009,6 +1009,13 @@ static void jsonl_submit(jsonl_batch *b, const char *line, size_t len, long line
 	moe_req_input in;
 	moe_error le = {0};
 	if (moe_req_parse(line, len, b->m->tok, &d, &in, &le) < 0) {
+		/* a bad field: the error line still carries the request's id, so
+		 * a client can match it (moe-run(1), --jsonl) */
+		json_t *j = json_loadb(line, len, 0, NULL);
+		json_t *id = json_is_object(j) ? json_object_get(j, "id") : NULL;
+		if (id)
+			it->id = json_incref(id);
+		json_decref(j);
 		jsonl_error(it, le.msg);
 		return;
 	}
