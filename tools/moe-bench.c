@@ -309,7 +309,10 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		case OPT_KL_BASE: o->kl_base_out = optarg; break;
 		case OPT_KL: o->kl_in = optarg; break;
 		case OPT_EXPERTS: o->expert_stats = optarg; break;
-		case OPT_MEM_BUDGET: o->mem_budget = optarg; break;
+		case OPT_MEM_BUDGET:
+			cli_check_budget("--mem-budget", optarg, true);
+			o->mem_budget = optarg;
+			break;
 		case OPT_POLICY:
 			if ((o->policy = moe_experts_policy_parse(optarg)) < 0)
 				usage_error("--policy: nextuse, lru or lfru, not '%s'", optarg);

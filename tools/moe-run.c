@@ -294,7 +294,11 @@ static void parse_args(int argc, char **argv, run_opts *o)
 			break;
 		case OPT_UNORDERED: o->unordered = true; o->gen_option_given = true; break;
 		case OPT_PROMPT_CACHE: o->prompt_cache = optarg; o->gen_option_given = true; break;
-		case OPT_MEM_BUDGET: o->mem_budget = optarg; o->gen_option_given = true; break;
+		case OPT_MEM_BUDGET:
+			cli_check_budget("--mem-budget", optarg, false);
+			o->mem_budget = optarg;
+			o->gen_option_given = true;
+			break;
 		case OPT_VERIFY_READS: o->verify_reads = true; o->gen_option_given = true; break;
 		case OPT_VERBOSE: o->verbose = true; break;
 		case OPT_REASONING:
