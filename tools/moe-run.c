@@ -346,8 +346,10 @@ static void parse_args(int argc, char **argv, run_opts *o)
 	if (o->mode == MODE_NONE)
 		o->mode = MODE_GENERATE;
 	bool gen = o->mode == MODE_GENERATE || o->mode == MODE_CHAT || o->mode == MODE_JSONL;
-	if (!o->model)
-		o->model = default_model();
+	if (!o->model) { /* $MOE_MODEL may be a moe-pull name, as -m may */
+		const char *d = default_model();
+		o->model = d ? cli_model(d) : NULL;
+	}
 	if (!o->model)
 		usage_error("no model given (-m FILE) and no demo model in %s", MOE_PKGDATADIR);
 	if (o->prompt && o->file)
