@@ -1131,6 +1131,9 @@ INLINE void b32x_tile(const int kind, const int T, const uint8_t *wa, const uint
 				MOE_UNROLL2 for (int t = 0; t < T; t++) {
 					__m256i xv = bcast32_2(x + t * ldx + i * 34 + 2 + 4 * k4);
 					u[t] = dot_u8s8_acc(u[t], a, _mm256_sign_epi8(xv, sg));
+					/* A chain per sum: left alone, GCC makes the
+					 * adds a tree and spills its partial sums. */
+					__asm__("" : "+x"(u[t]));
 				}
 			}
 		}
