@@ -309,7 +309,10 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		case OPT_KL_BASE: o->kl_base_out = optarg; break;
 		case OPT_KL: o->kl_in = optarg; break;
 		case OPT_EXPERTS: o->expert_stats = optarg; break;
-		case OPT_MEM_BUDGET: o->mem_budget = optarg; break;
+		case OPT_MEM_BUDGET:
+			cli_check_budget("--mem-budget", optarg, true);
+			o->mem_budget = optarg;
+			break;
 		case OPT_POLICY:
 			if ((o->policy = moe_experts_policy_parse(optarg)) < 0)
 				usage_error("--policy: nextuse, lru or lfru, not '%s'", optarg);
@@ -321,11 +324,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 			break;
 		case OPT_NO_OVERLAP: o->no_overlap = true; break;
 		case OPT_PLAN: o->plan = true; break;
-		case OPT_PIN:
-			o->pin = strtod(optarg, NULL);
-			if (!(o->pin >= 0 && o->pin <= 1))
-				usage_error("--pin: a fraction from 0 to 1");
-			break;
+		case OPT_PIN: o->pin = cli_parse_float("--pin", optarg, 0, 1); break;
 		case 'f': o->prompt_file = optarg; break;
 		case 'v': o->verbose = true; break;
 		case OPT_HELP: help(); exit(0);
@@ -363,6 +362,8 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		usage_error("--plan takes one model and no other test");
 	if ((o->lookahead || o->no_prefetch || o->no_overlap) && !o->mem_budget)
 		usage_error("--lookahead, --no-prefetch and --no-overlap go with --mem-budget");
+	if (o->pin > 0 && !o->expert_profile)
+		usage_error("--pin pins experts of an --expert-profile: give one");
 	if ((o->expert_profile || o->pin > 0) && !o->mem_budget && !(o->plan && !o->pin))
 		usage_error("--expert-profile and --pin go with --mem-budget (--plan takes a profile)");
 	if (o->mem_budget && (quality || o->expert_stats || o->parallel.n || o->n_models != 1))

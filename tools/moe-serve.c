@@ -197,7 +197,9 @@ int main(int argc, char **argv)
 		const char *d = moe_req_default_model(dirs, sizeof dirs / sizeof dirs[0], DEMO_MODEL);
 		if (!d)
 			usage_error("no model: give -m MODEL (or set MOE_MODEL)");
-		models[n_models++] = d;
+		/* $MOE_MODEL: a file, or a moe-pull name as -m takes */
+		models[n_models] = access(d, F_OK) == 0 ? d : model_spec(d, &owned[n_models]);
+		n_models++;
 	}
 	p.models = models;
 	p.n_models = n_models;
