@@ -1,5 +1,6 @@
 /* cli.c — shared helpers of the moe tools (see cli.h). */
 #include "cli.h"
+#include "experts.h"
 #include "registry.h"
 
 #include <errno.h>
@@ -103,4 +104,26 @@ char *cli_model(const char *arg)
 	model_paths = p;
 	model_paths[n_model_paths++] = path;
 	return path;
+}
+
+void cli_check_budget(const char *opt, const char *text, bool list)
+{
+	char *copy = strdup(text), *save = NULL;
+	if (!copy)
+		die("out of memory");
+	int n = 0;
+	for (char *tok = strtok_r(copy, list ? "," : "", &save); tok;
+	     tok = strtok_r(NULL, list ? "," : "", &save), n++) {
+		moe_error e = {0};
+		uint64_t b;
+		if (!strcmp(tok, "min") || (list && !strcmp(tok, "resident")))
+			continue;
+		/* any model size: only the syntax is checked here, percentages
+		 * are taken of the model once it is loaded */
+		if (moe_experts_parse_size(tok, 1, &b, &e) < 0)
+			usage_error("%s: %s", opt, e.msg);
+	}
+	free(copy);
+	if (n == 0)
+		usage_error("%s needs a size", opt);
 }

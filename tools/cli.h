@@ -24,6 +24,10 @@ void print_version(void);
 long cli_parse_long(const char *opt, const char *val, long min, long max);
 /* The same for a finite number in [min, max]. */
 float cli_parse_float(const char *opt, const char *val, double min, double max);
+/* The syntax of a --mem-budget value before any model is loaded: "min" or
+ * a size ("1536M", "2G", "75%"); with list, comma-separated and "resident"
+ * allowed too.  Exit 2 naming opt otherwise. */
+void cli_check_budget(const char *opt, const char *text, bool list);
 /* A model argument (-m): an existing file, or a name registered by moe-pull
  * (NAME, NAME:TAG, or the part after the last '/'), as a UTH path
  * (malloc'd).  Never uses the network.  Exits 1 with a message listing what

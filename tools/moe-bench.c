@@ -61,18 +61,22 @@ static void help(void)
 	printf("Usage: %s -m MODEL [-m MODEL]... [OPTION]...          (throughput)\n"
 	       "  or:  %s -m MODEL --perplexity FILE [-c N] [--chunks N] [--kl-base OUT]\n"
 	       "  or:  %s -m MODEL --kl BASE [--perplexity FILE]\n"
-	       "  or:  %s -m MODEL --expert-stats OUT.json (--perplexity FILE | -f PROMPT [-n N])\n"
+	       "  or:  %s -m MODEL --expert-stats OUT.json --perplexity FILE\n"
+	       "  or:  %s -m MODEL --expert-stats OUT.json -f FILE [-n N]\n"
 	       "  or:  %s -m MODEL --imatrix OUT -f TEXT [-c N] [--chunks N]\n"
+	       "  or:  %s -m MODEL (--mem-budget LIST [-n N] [-f FILE] | --plan)\n"
+	       "  or:  %s --endpoint URL [-np LIST] [-p N] [-n N] [-r N]\n"
 	       "  or:  %s --stream-bw\n"
 	       "Measure models in the UTH format: speed like llama-bench, perplexity like\n"
 	       "llama-perplexity, quantisation quality (KL-divergence against a base), expert\n"
 	       "routing statistics, and the memory bandwidth speeds are compared with.\n"
 	       "\n"
 	       "Throughput (each test warmed up once, then repeated -r times):\n"
-	       "  -m, --model=FILE      a model (repeat for several)\n"
+	       "  -m, --model=MODEL     a UTH file or moe-pull name (repeat for several)\n"
 	       "  -p, --n-prompt=LIST   prompt processing of N tokens (default 512; 0: none)\n"
 	       "  -n, --n-gen=LIST      generation tests of N tokens (default 128; 0: none)\n"
-	       "  -pg, --pg=PP,TG       a test of PP prompt tokens then TG generated (repeatable)\n"
+	       "  -pg, --pg=PP,TG       a test of PP prompt tokens then TG generated\n"
+	       "                        (repeatable)\n"
 	       "  -np, --parallel=LIST  instead: N sequences at once, each with -p prompt and\n"
 	       "                        -n generated tokens (llama-batched-bench); aggregate\n"
 	       "                        prefill and generation tokens/s per N\n"
@@ -86,10 +90,12 @@ static void help(void)
 	       "  -o, --output=FORMAT   md (default), csv, json or jsonl\n"
 	       "      --endpoint=URL    instead: TTFT, inter-token latency and tokens/s of an\n"
 	       "                        OpenAI-compatible server (http://HOST:PORT or unix:PATH)\n"
-	       "                        with -np streaming clients, -p, -n, -r, --model, --api-key\n"
+	       "                        with -np streaming clients; also -p, -n, -r, --model,\n"
+	       "                        --api-key\n"
 	       "      --stream-bw       measure the memory bandwidth first (STREAM triad, all\n"
 	       "                        threads); tg rows then show their share of it\n"
-	       "      --stream-mib=N    size of each of the three arrays (default 256)\n"
+	       "      --stream-mib=N    size of each of the three arrays in MiB (default 256;\n"
+	       "                        implies --stream-bw)\n"
 	       "      --bw=GB/S         use this bandwidth instead of measuring it\n"
 	       "\n"
 	       "Quality:\n"
@@ -138,7 +144,8 @@ static void help(void)
 	       "LIST is one number or several separated by commas (1,2).\n"
 	       "Exit status: 0 success, 1 failure, 2 usage error.\n"
 	       "See moe-bench(1).\n",
-	       cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(),
+	       cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(), cli_prog(),
+	       cli_prog(), cli_prog(),
 	       MOE_EXPERTS_MAX_LOOKAHEAD, MOE_EXPERTS_LOOKAHEAD);
 }
 
@@ -302,7 +309,10 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		case OPT_KL_BASE: o->kl_base_out = optarg; break;
 		case OPT_KL: o->kl_in = optarg; break;
 		case OPT_EXPERTS: o->expert_stats = optarg; break;
-		case OPT_MEM_BUDGET: o->mem_budget = optarg; break;
+		case OPT_MEM_BUDGET:
+			cli_check_budget("--mem-budget", optarg, true);
+			o->mem_budget = optarg;
+			break;
 		case OPT_POLICY:
 			if ((o->policy = moe_experts_policy_parse(optarg)) < 0)
 				usage_error("--policy: nextuse, lru or lfru, not '%s'", optarg);
@@ -314,11 +324,7 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 			break;
 		case OPT_NO_OVERLAP: o->no_overlap = true; break;
 		case OPT_PLAN: o->plan = true; break;
-		case OPT_PIN:
-			o->pin = strtod(optarg, NULL);
-			if (!(o->pin >= 0 && o->pin <= 1))
-				usage_error("--pin: a fraction from 0 to 1");
-			break;
+		case OPT_PIN: o->pin = cli_parse_float("--pin", optarg, 0, 1); break;
 		case 'f': o->prompt_file = optarg; break;
 		case 'v': o->verbose = true; break;
 		case OPT_HELP: help(); exit(0);
@@ -356,6 +362,8 @@ static void parse_args(int argc, char **argv, bench_opts *o)
 		usage_error("--plan takes one model and no other test");
 	if ((o->lookahead || o->no_prefetch || o->no_overlap) && !o->mem_budget)
 		usage_error("--lookahead, --no-prefetch and --no-overlap go with --mem-budget");
+	if (o->pin > 0 && !o->expert_profile)
+		usage_error("--pin pins experts of an --expert-profile: give one");
 	if ((o->expert_profile || o->pin > 0) && !o->mem_budget && !(o->plan && !o->pin))
 		usage_error("--expert-profile and --pin go with --mem-budget (--plan takes a profile)");
 	if (o->mem_budget && (quality || o->expert_stats || o->parallel.n || o->n_models != 1))
@@ -992,7 +1000,7 @@ static int run_imatrix(int argc, char **argv)
 		else
 			i++;
 		if (IS("--imatrix")) p.out = v;
-		else if (IS("-m") || IS("--model")) model = v;
+		else if (IS("-m") || IS("--model")) model = cli_model(v); /* a file or a moe-pull name */
 		else if (IS("-f") || IS("--prompt-file")) text_file = v;
 		else if (IS("-c") || IS("--ctx-size")) p.n_ctx = (int)cli_parse_long("-c", v, 2, 1 << 22);
 		else if (IS("--chunks")) p.n_chunks = (int)cli_parse_long("--chunks", v, 1, 1 << 30);

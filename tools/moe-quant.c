@@ -16,11 +16,12 @@ static void help(void)
 	printf("Usage: %s [OPTION]... IN OUT\n"
 	       "Quantise the UTH model IN into OUT (files, or '-' for a pipe).\n"
 	       "\n"
-	       "  -t, --type=RECIPE|TYPE    a recipe (%s;\n"
-	       "                            per-tensor rules as llama-quantize, see moe-quant(1))\n"
-	       "                            or a type for every matrix (f32 f16 bf16 q8_0 q4_0\n"
-	       "                            q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs\n"
-	       "                            mxfp4); default q4_k_m\n"
+	       "  -t, --type=RECIPE|TYPE    a recipe, with per-tensor rules as llama-quantize\n"
+	       "                            (q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s\n"
+	       "                            q5_k_m q6_k q8_0 iq4_xs; see moe-quant(1)),\n"
+	       "                            or one type for every matrix (f32 f16 bf16 q4_0\n"
+	       "                            q4_1 q5_0 q5_1 q3_k q4_k q5_k iq4_nl mxfp4; q2_k\n"
+	       "                            q6_k q8_0 iq4_xs name recipes); default q4_k_m\n"
 	       "      --tensor-type=REGEX=TYPE  matrices whose name matches REGEX (PCRE2) get\n"
 	       "                            TYPE; repeatable, the first match wins\n"
 	       "      --imatrix=FILE        weight the error by an importance matrix (moe-bench\n"
@@ -44,7 +45,7 @@ static void help(void)
 	       "      --version             output version information and exit\n"
 	       "\n"
 	       "Exit status: 0 success, 1 failure, 2 usage error.  See moe-quant(1).\n",
-	       cli_prog(), moe_quant_recipe_names());
+	       cli_prog());
 }
 
 /* Errors about the spooled copy of a pipe name "standard input", not the

@@ -114,18 +114,19 @@ static void help(void)
 	       "(%s).\n"
 	       "\n"
 	       "Modes:\n"
-	       "  -i, --chat            interactive chat: one user message per input line; the\n"
-	       "                        KV cache is kept across turns\n"
+	       "  -i, --chat, --interactive  interactive chat: one user message per input\n"
+	       "                        line; the KV cache is kept across turns\n"
 	       "      --jsonl           batch: each input line {\"prompt\": ...} or {\"messages\":\n"
 	       "                        [...]} (plus sampling fields) gives one output line\n"
-	       "                        {\"text\", \"tokens\", \"finish_reason\"}\n"
+	       "                        {\"text\", \"tokens\", \"prompt_tokens\", \"finish_reason\"}\n"
 	       "      --tokenize        print the token ids of the text, separated by spaces\n"
 	       "      --detokenize      read token ids (separated by white space), print text\n"
 	       "      --render-chat     read a JSON array of {\"role\", \"content\"} messages and\n"
 	       "                        print the prompt the model would see\n"
 	       "\n"
 	       "Generation:\n"
-	       "  -m, --model=FILE      the model (.uth; default: see above)\n"
+	       "  -m, --model=MODEL     a .uth file or a name registered by moe-pull\n"
+	       "                        (default: see above)\n"
 	       "  -p, --prompt=TEXT     the prompt\n"
 	       "  -f, --file=FILE       read the prompt from FILE ('-' for standard input)\n"
 	       "  -n, --n-predict=N     tokens to generate (default -1: until end of text or a\n"
@@ -162,7 +163,8 @@ static void help(void)
 	       "                        harmony text is printed (raw)\n"
 	       "      --chat-template=NAME  instead of the model's own template ('auto'):\n"
 	       "                        one the model names (e.g. tool_use) or a built-in\n"
-	       "                        format (%s)\n"
+	       "                        format:\n"
+	       "          %s\n"
 	       "      --verbose         load time and prompt/generation speed on stderr\n"
 	       "\n"
 	       "Tokenizer modes:\n"
@@ -292,7 +294,11 @@ static void parse_args(int argc, char **argv, run_opts *o)
 			break;
 		case OPT_UNORDERED: o->unordered = true; o->gen_option_given = true; break;
 		case OPT_PROMPT_CACHE: o->prompt_cache = optarg; o->gen_option_given = true; break;
-		case OPT_MEM_BUDGET: o->mem_budget = optarg; o->gen_option_given = true; break;
+		case OPT_MEM_BUDGET:
+			cli_check_budget("--mem-budget", optarg, false);
+			o->mem_budget = optarg;
+			o->gen_option_given = true;
+			break;
 		case OPT_VERIFY_READS: o->verify_reads = true; o->gen_option_given = true; break;
 		case OPT_VERBOSE: o->verbose = true; break;
 		case OPT_REASONING:
@@ -340,8 +346,10 @@ static void parse_args(int argc, char **argv, run_opts *o)
 	if (o->mode == MODE_NONE)
 		o->mode = MODE_GENERATE;
 	bool gen = o->mode == MODE_GENERATE || o->mode == MODE_CHAT || o->mode == MODE_JSONL;
-	if (!o->model)
-		o->model = default_model();
+	if (!o->model) { /* $MOE_MODEL may be a moe-pull name, as -m may */
+		const char *d = default_model();
+		o->model = d ? cli_model(d) : NULL;
+	}
 	if (!o->model)
 		usage_error("no model given (-m FILE) and no demo model in %s", MOE_PKGDATADIR);
 	if (o->prompt && o->file)
@@ -1007,6 +1015,13 @@ static void jsonl_submit(jsonl_batch *b, const char *line, size_t len, long line
 	moe_req_input in;
 	moe_error le = {0};
 	if (moe_req_parse(line, len, b->m->tok, &d, &in, &le) < 0) {
+		/* a bad field: the error line still carries the request's id, so
+		 * a client can match it (moe-run(1), --jsonl) */
+		json_t *j = json_loadb(line, len, 0, NULL);
+		json_t *id = json_is_object(j) ? json_object_get(j, "id") : NULL;
+		if (id)
+			it->id = json_incref(id);
+		json_decref(j);
 		jsonl_error(it, le.msg);
 		return;
 	}

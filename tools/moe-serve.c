@@ -28,27 +28,34 @@ static void help(void)
 	printf("Usage: %s [-m MODEL]... [OPTION]...\n"
 	       "Serve models over HTTP with the OpenAI (/v1/...) and Ollama (/api/...) APIs.\n"
 	       "\n"
-	       "  -m, --model [NAME=]MODEL a UTH file or a registry name (moe-pull(1)); repeatable:\n"
-	       "                           the first is the default and loads at start, the\n"
-	       "                           others on first use; without -m $MOE_MODEL or the\n"
-	       "                           demo model.  Requests may also name any registered model\n"
+	       "  -m, --model [NAME=]MODEL a UTH file or a registry name (moe-pull(1));\n"
+	       "                           repeatable: the first is the default and loads at\n"
+	       "                           start, the others on first use; without -m\n"
+	       "                           $MOE_MODEL or the demo model.  Requests may also\n"
+	       "                           name any registered model\n"
 	       "      --host ADDR          TCP address (default 127.0.0.1)\n"
 	       "      --port N             TCP port (default 8080; 0: any free port)\n"
-	       "      --socket PATH        also listen on a Unix domain socket (alone: only there)\n"
+	       "      --socket PATH        also listen on a Unix domain socket (without --host\n"
+	       "                           or --port: only there)\n"
 	       "  -t, --threads N          compute threads (default: the cores)\n"
 	       "  -c, --kv-size N          KV tokens per model, all requests together\n"
-	       "  -b, --batch-size N       tokens per forward pass\n"
+	       "                           (default: the model's context, at most 4096)\n"
+	       "  -b, --batch-size N       tokens per forward pass (default 256)\n"
 	       "      --parallel N         requests generating at once per model (default 4)\n"
 	       "      --queue N            requests waiting beyond those (default 64; then 503)\n"
-	       "      --api-key KEY        require this key (Bearer or X-Api-Key; /health exempt)\n"
+	       "      --api-key KEY        require this key (Bearer or X-Api-Key; /health is\n"
+	       "                           exempt)\n"
 	       "      --api-key-file F     the key from the first line of F\n"
 	       "      --cors ORIGIN        allow browsers from ORIGIN (default: no CORS)\n"
 	       "      --max-body N         request body limit in bytes (default 8388608)\n"
-	       "      --max-header N       request head limit in bytes (default 65536)\n"
+	       "      --max-header N       request head limit in bytes (default 65536, at\n"
+	       "                           least 4096)\n"
 	       "      --max-depth N        JSON nesting limit (default 64)\n"
 	       "      --max-connections N  open connections (default 256)\n"
-	       "      --idle-timeout S     close silent connections after S seconds (default 30)\n"
-	       "      --keep-alive S       unload idle models after S seconds (default 300; -1 never)\n"
+	       "      --idle-timeout S     close silent connections after S seconds (default\n"
+	       "                           30)\n"
+	       "      --keep-alive S       unload idle models after S seconds (default 300;\n"
+	       "                           -1: never)\n"
 	       "      --allow-paths        accept model paths in requests, and URLs and paths\n"
 	       "                           in /api/pull\n"
 	       "      --mem-budget SIZE    weights of all loaded models together at most SIZE\n"
@@ -190,7 +197,9 @@ int main(int argc, char **argv)
 		const char *d = moe_req_default_model(dirs, sizeof dirs / sizeof dirs[0], DEMO_MODEL);
 		if (!d)
 			usage_error("no model: give -m MODEL (or set MOE_MODEL)");
-		models[n_models++] = d;
+		/* $MOE_MODEL: a file, or a moe-pull name as -m takes */
+		models[n_models] = access(d, F_OK) == 0 ? d : model_spec(d, &owned[n_models]);
+		n_models++;
 	}
 	p.models = models;
 	p.n_models = n_models;

@@ -65,7 +65,7 @@ is "$a" "$b" "same seed, same text"
 printf '%s\n' \
 	"{\"id\": 1, \"prompt\": \"$PROMPT\", \"n_predict\": 24, \"temperature\": 0}" \
 	'not json' \
-	'{"prompt": 5}' \
+	'{"id": 3, "prompt": 5}' \
 	"{\"id\": \"x\", \"prompt\": \"$PROMPT\", \"n_predict\": 3, \"temperature\": 0}" \
 	'{"messages": [{"role": "user", "content": "hi"}], "n_predict": 2}' \
 	| "$RUN" -m "$T/m.uth" --jsonl --ignore-eos > "$T/out.jsonl"; ok $? "--jsonl batch"
@@ -77,11 +77,11 @@ assert len(rows) == 5, rows
 assert rows[0]['id'] == 1 and rows[0]['text'] == want and rows[0]['tokens'] == 24, rows[0]
 assert rows[0]['finish_reason'] == 'length'
 assert 'error' in rows[1] and rows[1]['line'] == 2 and 'JSON' in rows[1]['error']
-assert 'error' in rows[2] and 'prompt' in rows[2]['error']
+assert 'error' in rows[2] and 'prompt' in rows[2]['error'] and rows[2]['id'] == 3, rows[2]
 assert rows[3]['id'] == 'x' and rows[3]['tokens'] == 3 and want.startswith(rows[3]['text'])
 assert rows[4]['tokens'] == 2 and 'text' in rows[4]
 PY
-ok $? "--jsonl results: same text as the CLI, ids echoed, errors per line"
+ok $? "--jsonl results: same text as the CLI, ids echoed (also on an error line), errors per line"
 
 # Chat: two turns from standard input, the cache kept across turns.
 printf 'hello\nand again\n' | "$RUN" -m "$T/m.uth" --chat -n 4 --temp 0 --verbose > "$T/chat.out" 2> "$T/chat.err"

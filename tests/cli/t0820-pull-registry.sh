@@ -46,6 +46,11 @@ grep -q "no model named 'nosuch'" "$T/err" && grep -q "acme/mix:hf" "$T/err"
 ok $? "missing name lists what exists ($(msg "$T/err"))"
 "$BIN/moe-bench" -m nosuch -p 8 -n 0 2>"$T/err"
 is "$?" 1 "moe-bench: missing name: exit 1"
+# moe-bench --imatrix parses its own options: its -m takes names too
+printf 'It was the best of times, it was the worst of times, it was the age of wisdom.\n' >"$T/calib.txt"
+check "moe-bench -m m --imatrix" -- "$BIN/moe-bench" -m m --imatrix "$T/m.imatrix" -f "$T/calib.txt" -c 8
+# $MOE_MODEL stands for -m, so it takes names too (moe-run and moe-serve)
+check "MOE_MODEL=m moe-run" -- env MOE_MODEL=m "$BIN/moe-run" --tokenize -p hi
 check "tag acme/mix:hf other2/mix:hf" -- "$PULL" tag acme/mix:hf other2/mix:hf
 "$BIN/moe-run" -m mix:hf --tokenize -p hi 2>"$T/err"
 is "$?" 1 "short name of two repos: exit 1"

@@ -87,6 +87,13 @@ req GET /v1/models > "$T/m"
 jget "$T/m" '" ".join(x["id"] for x in d["data"])' | grep -q "acme/demo:latest"
 ok $? "/v1/models lists the registered name"
 stop_serve
+# $MOE_MODEL stands for -m: a registry name there too
+export MOE_MODEL=acme/demo
+check "MOE_MODEL=acme/demo moe-serve (no -m)" -- start_serve
+unset MOE_MODEL
+req POST /v1/completions '{"prompt":"Once upon","max_tokens":6,"temperature":0}' > "$T/a"
+is "$(status "$T/a"):$(jget "$T/a" 'd["choices"][0]["text"]')" "200:$ref" "... serves that model"
+stop_serve
 
 check "register the demo again as other/demo2" -- "$PULL" -q -n other/demo2 "$DEMO"
 cp "$DEMO" "$T/plain.uth"

@@ -56,8 +56,8 @@ $GEN --arch llama --format gguf --seed 3 --out "$T/dense" >/dev/null 2>&1 &&
 grep -q "no experts to stream" "$T/err"; ok $? "... saying why: $(cat "$T/err")"
 "$RUN" -m "$M" -p x -n 2 --mem-budget 4K 2>"$T/err"; is $? 1 "budget below the minimum: failure"
 grep -q "below the minimum" "$T/err"; ok $? "... naming it: $(cat "$T/err")"
-"$RUN" -m "$M" -p x -n 2 --mem-budget 12Q 2>"$T/err"; is $? 1 "bad size: failure"
-grep -q "bad size '12Q'" "$T/err"; ok $? "... naming it"
+"$RUN" -m "$M" -p x -n 2 --mem-budget 12Q 2>"$T/err"; is $? 2 "bad size: usage error"
+grep -q -- "--mem-budget: bad size '12Q'" "$T/err"; ok $? "... naming it and the option"
 "$RUN" -m "$M" -p x -n 2 --verify-reads 2>"$T/err"; is $? 1 "--verify-reads alone: failure"
 for f in eio:3 short:3; do
 	MOE_TEST_IO_FAULT=$f "$RUN" -m "$M" -p "$PROMPT" -n 8 --mem-budget min >/dev/null 2>"$T/err"
@@ -125,6 +125,15 @@ assert r["slots"] == int(sys.argv[2]) and r["tok_s"] > 0, (r["slots"], sys.argv[
 ok $? "... runs with one slot per expert of a layer ($NX)"
 "$BIN/moe-bench" -m "$M" --mem-budget 1K -n 4 2>"$T/err" >/dev/null; is $? 1 "moe-bench: budget too small: failure"
 "$BIN/moe-bench" -m "$M" --mem-budget 90% --policy mru 2>/dev/null >/dev/null; is $? 2 "--policy mru: usage error"
+# --pin is a number from 0 to 1: text or trailing junk is refused, not read as 0
+"$BIN/moe-bench" -m "$M" --mem-budget 90% --pin abc -n 4 2>"$T/err" >/dev/null; is $? 2 "--pin abc: usage error"
+grep -q -- "--pin" "$T/err"; ok $? "... naming --pin: $(head -1 "$T/err")"
+"$BIN/moe-bench" -m "$M" --mem-budget 90% --pin 0.5x -n 4 2>/dev/null >/dev/null; is $? 2 "--pin 0.5x: usage error"
+"$BIN/moe-bench" -m "$M" --mem-budget 90% --pin 0.5 -n 4 2>"$T/err" >/dev/null; is $? 2 "--pin without --expert-profile: usage error"
+# a bad --mem-budget is a usage error naming the option, found before any
+# budget of a list is run
+"$BIN/moe-bench" -m "$M" --mem-budget 90%,xyz -n 4 >"$T/out" 2>"$T/err"; is $? 2 "moe-bench --mem-budget 90%,xyz: usage error"
+grep -q -- "--mem-budget: bad size 'xyz'" "$T/err" && [ ! -s "$T/out" ]; ok $? "... before the 90% run: $(head -1 "$T/err")"
 # moe-bench --plan: predictions for a few budgets and a recommendation
 "$BIN/moe-bench" -m "$M" --plan > "$T/plan.txt" 2>"$T/err"; ok $? "moe-bench --plan"
 grep -q "^recommended: --mem-budget [0-9]*M" "$T/plan.txt" && grep -q "largest that fits" "$T/plan.txt"
