@@ -1042,8 +1042,11 @@ static int warm_start(store *s, moe_error *e)
 	int rc = 0;
 	json_t *layers = json_object_get(j, "layers");
 	hot *h = calloc((size_t)s->n_layer * (size_t)s->n_expert, sizeof *h);
+	bool *seen = calloc((size_t)s->n_layer, sizeof *seen); /* h holds one entry per (layer, expert) */
 	size_t nh = 0;
-	if (!h) {
+	if (!h || !seen) {
+		free(h);
+		free(seen);
 		json_decref(j);
 		return moe_err(e, MOE_ENOMEM, "out of memory");
 	}
@@ -1066,6 +1069,12 @@ static int warm_start(store *s, moe_error *e)
 				     li);
 			goto out;
 		}
+		if (seen[l]) {
+			rc = moe_err(e, MOE_EFORMAT, "%s: layers[%zu]: layer %lld listed twice",
+				     s->p.profile, li, (long long)l);
+			goto out;
+		}
+		seen[l] = true;
 		/* only the cache's first contents: taken as NEXT_USE's prior
 		 * for each expert's chance (its share of the layer's tokens),
 		 * the counts of another run of random ids raised the misses of
@@ -1099,6 +1108,7 @@ static int warm_start(store *s, moe_error *e)
 		rc = moe_err(e, s->err, "%s", s->err_msg);
 out:
 	free(h);
+	free(seen);
 	json_decref(j);
 	return rc;
 }

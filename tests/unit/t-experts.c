@@ -391,6 +391,27 @@ int main(void)
 		ok(moe_experts_open(&st, m, &p, &e) == MOE_EFORMAT && !st &&
 		   strstr(e.msg, "not a moe-bench --expert-stats profile"), "a profile of another model: %s",
 		   e.msg);
+		/* a layer listed twice (every layer, then layer 0 again): refused
+		 * by name, not counted twice into the table of every (layer,
+		 * expert) (a heap overflow before; found by reading, kept here) */
+		if ((g = fopen(prof, "w"))) {
+			fprintf(g, "{\"n_layer\": %u, \"n_expert\": %u, \"layers\": [", m->hp.n_layer,
+				m->hp.n_expert);
+			for (uint32_t l = 0; l <= m->hp.n_layer; l++) {
+				fprintf(g, "%s{\"layer\": %u, \"counts\": [", l ? ", " : "",
+					l % m->hp.n_layer);
+				for (uint32_t x = 0; x < m->hp.n_expert; x++)
+					fprintf(g, "%s1", x ? ", " : "");
+				fprintf(g, "]}");
+			}
+			fprintf(g, "]}");
+			fclose(g);
+		}
+		st = NULL;
+		e = (moe_error){0};
+		ok(moe_experts_open(&st, m, &p, &e) == MOE_EFORMAT && !st &&
+		   strstr(e.msg, "listed twice") && strstr(e.msg, prof),
+		   "a profile listing a layer twice: %s", e.msg);
 		unlink(prof);
 	}
 
