@@ -560,7 +560,8 @@ static void vec_dot_iq4_xs(int64_t n, float *s, const void *w, const void *x)
  * group scale in 32 bits.  The integers are exact, and the float sequence
  * is ksb_step's, lane by lane.
  *
- * The register tile is 16 rows x 4 tokens.  Zen 5 (what this was measured
+ * The register tile is 16 rows x 4 tokens (Q6_K on avx2: 3, see
+ * kq2_gemm).  Zen 5 (what this was measured
  * on) issues two vector loads and two 8-bit multiplies (vpmaddubsw or
  * vpdpbusd, ymm) per cycle: a tile of 8 rows needs a load (the broadcast
  * activation) per multiply, so the loads bound it; with 16 rows each
@@ -975,6 +976,16 @@ INLINE bool kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, 
 		kq2_group_sums(gs, x, ldx, nt, nb);
 	}
 
+	/* Tokens per tile.  Q6_K without VNNI takes 3: its vpmaddwd every
+	 * two steps keeps 8 16-bit sums live beside the 8 group sums at 4
+	 * tokens, and GCC spilled the group sums to the stack every two steps
+	 * (bench-kernels q6_k, cached: 227-247 -> 259-264 GFLOP/s; 2 tokens
+	 * gave 255-260).  Q5_K (a vpmaddwd every four steps) gained nothing. */
+#ifdef MOE_AVXVNNI
+	const int gt = GT2;
+#else
+	const int gt = kind == KQ2_Q6_K ? 3 : GT2;
+#endif
 	for (int r0 = 0; r0 < nr; r0 += KR2) {
 		const int rows = nr - r0 < KR2 ? nr - r0 : KR2;
 		__m256i m[2];
@@ -984,8 +995,8 @@ INLINE bool kq2_gemm(const int kind, int64_t n, int nr, int nt, const void *wp, 
 		for (int64_t i0 = 0; i0 < nb; i0 += KSB2) {
 			const int nsb = nb - i0 < KSB2 ? (int)(nb - i0) : KSB2;
 			kq2_unpack(kind, &pk, w + (size_t)r0 * ldw, ldw, rows, i0, nsb);
-			for (int t0 = 0; t0 < nt; t0 += GT2) {
-				const int T = nt - t0 < GT2 ? nt - t0 : GT2;
+			for (int t0 = 0; t0 < nt; t0 += gt) {
+				const int T = nt - t0 < gt ? nt - t0 : gt;
 				float *st = s + (size_t)t0 * lds + r0;
 				const uint8_t *xt = x + (size_t)t0 * ldx;
 				const int32_t *gst = gs ? gs + (size_t)t0 * (size_t)nb * 4 : NULL;
