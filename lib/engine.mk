@@ -47,3 +47,16 @@ tests_fuzz_fuzz_request_CPPFLAGS = $(AM_CPPFLAGS) \
 tests_fuzz_fuzz_request_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_request_LDADD = $(MOE_LIBS)
 endif
+
+# Fuzz target: the prompt cache loader (moe-run --prompt-cache); seeds in
+# tests/fuzz/prompt-cache.
+EXTRA_DIST += tests/fuzz/prompt-cache
+if ENABLE_FUZZ
+noinst_PROGRAMS += tests/fuzz/fuzz-prompt-cache
+tests_fuzz_fuzz_prompt_cache_SOURCES = tests/fuzz/fuzz-prompt-cache.c
+tests_fuzz_fuzz_prompt_cache_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_prompt_cache_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DMOE_FUZZ_DEFAULT_MODEL='"$(abs_top_srcdir)/share/moe-demo.uth"'
+tests_fuzz_fuzz_prompt_cache_LDFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_prompt_cache_LDADD = $(MOE_LIBS)
+endif

@@ -21,3 +21,14 @@ tests_unit_t_quant_imatrix_LDADD = $(MOE_LIBS)
 # every kernel set, the numpy reference, the expert store, moe-quant --repack.
 TESTS += tests/cli/t0432-engine-repack.sh
 EXTRA_DIST += tests/cli/t0432-engine-repack.sh
+
+# Fuzz target (configure --enable-fuzz, CC=clang): the importance matrix
+# reader (ours and llama.cpp's imatrix.dat); seeds in tests/fuzz/imatrix.
+EXTRA_DIST += tests/fuzz/imatrix
+if ENABLE_FUZZ
+noinst_PROGRAMS += tests/fuzz/fuzz-imatrix
+tests_fuzz_fuzz_imatrix_SOURCES = tests/fuzz/fuzz-imatrix.c
+tests_fuzz_fuzz_imatrix_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_imatrix_LDFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_imatrix_LDADD = $(MOE_LIBS)
+endif

@@ -9,3 +9,14 @@ check_PROGRAMS += tests/unit/t-registry
 TESTS += tests/unit/t-registry
 tests_unit_t_registry_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS)
 tests_unit_t_registry_LDADD = $(MOE_LIBS)
+
+# Fuzz target (configure --enable-fuzz, CC=clang): the hub's listing and
+# response headers, source and name arguments; seeds in tests/fuzz/registry.
+EXTRA_DIST += tests/fuzz/registry
+if ENABLE_FUZZ
+noinst_PROGRAMS += tests/fuzz/fuzz-registry
+tests_fuzz_fuzz_registry_SOURCES = tests/fuzz/fuzz-registry.c
+tests_fuzz_fuzz_registry_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_registry_LDFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_registry_LDADD = $(MOE_LIBS)
+endif

@@ -66,6 +66,36 @@ static void observe(moe_engine *eng, const moe_weight *w, int layer, int expert,
 		eng->observe_fn(eng->observe_user, &(moe_matmul_obs){w, layer, expert, x, n, 0, 0});
 }
 
+/* Per-token work of a step (norms, RoPE, cache writes, residuals) over the
+ * pool: thread ith takes tokens ith, ith + nth, ...  A token's results
+ * depend only on its own rows, so the split changes no bit.  A step of few
+ * tokens runs it on the calling thread: the work is a few microseconds a
+ * token, less than a pool wake costs; with 8 sequences it was about 4% of
+ * a decode step's CPU time, all of it on one thread while the others wait. */
+typedef void (*token_fn)(moe_engine *eng, int il, int t);
+
+typedef struct {
+	moe_engine *eng;
+	token_fn fn;
+	int il, B;
+} token_job;
+
+static void token_worker(void *arg, int ith, int nth)
+{
+	token_job *j = arg;
+	for (int t = ith; t < j->B; t += nth)
+		j->fn(j->eng, j->il, t);
+}
+
+static void per_token(moe_engine *eng, int il, int B, token_fn fn)
+{
+	token_job j = {eng, fn, il, B};
+	if (B >= 2 * eng->n_threads)
+		moe_pool_run(eng->pool, token_worker, &j);
+	else
+		token_worker(&j, 0, 1);
+}
+
 /* Y[n x w->rows] (row stride ldy) = X[n x w->cols] W^T, over the pool. */
 static void matmul(moe_engine *eng, const moe_weight *w, int layer, const float *X, int64_t n,
 		   float *Y, int64_t ldy)
@@ -303,60 +333,96 @@ static int attn_tiles(moe_engine *eng, int B)
 	return n;
 }
 
+/* Token t's q and k after the products: biases, q/k norms, RoPE; then its
+ * k and v go into the cache. */
+static void qk_prep(moe_engine *eng, int il, int t)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	const moe_layer *L = &eng->m->layers[il];
+	int64_t hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+	int64_t nq = H * hd, kvd = Hkv * hd;
+	float *q = eng->q + t * nq, *k = eng->kb + t * kvd, *v = eng->vb + t * kvd;
+	if (L->bq)
+		for (int64_t i = 0; i < nq; i++)
+			q[i] += L->bq[i];
+	if (L->bk)
+		for (int64_t i = 0; i < kvd; i++)
+			k[i] += L->bk[i];
+	if (L->bv)
+		for (int64_t i = 0; i < kvd; i++)
+			v[i] += L->bv[i];
+	if (hp->qk_norm == MOE_QK_NORM_FULL) {
+		rmsnorm(q, q, L->q_norm, nq, hp->norm_eps);
+		rmsnorm(k, k, L->k_norm, kvd, hp->norm_eps);
+	} else if (hp->qk_norm == MOE_QK_NORM_HEAD) {
+		for (int64_t h = 0; h < H; h++)
+			rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
+		for (int64_t h = 0; h < Hkv; h++)
+			rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
+	}
+	for (int64_t h = 0; h < H; h++)
+		rope(eng, q + h * hd, t);
+	for (int64_t h = 0; h < Hkv; h++)
+		rope(eng, k + h * hd, t);
+	cache_store(eng, il, t, k, v, kvd);
+}
+
+static void attn_in(moe_engine *eng, int il, int t)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	const moe_layer *L = &eng->m->layers[il];
+	int64_t E = hp->n_embd;
+	norm(hp, eng->xn + t * E, eng->x + t * E, L->attn_norm, L->attn_norm_b, E);
+}
+
+/* x += (a Wo^T + bo) * the residual scale, then the FFN's input norm. */
+static void attn_out(moe_engine *eng, int il, int t)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	const moe_layer *L = &eng->m->layers[il];
+	int64_t E = hp->n_embd;
+	float rs = (float)hp->residual_scale; /* Granite; 1 (exact) elsewhere */
+	float *x = eng->x + t * E, *o = eng->tmp + t * E;
+	if (L->bo)
+		for (int64_t i = 0; i < E; i++)
+			o[i] += L->bo[i];
+	for (int64_t i = 0; i < E; i++)
+		x[i] += o[i] * rs;
+	norm(hp, eng->xn + t * E, x, L->ffn_norm, L->ffn_norm_b, E);
+}
+
+static void ffn_in(moe_engine *eng, int il, int t)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	const moe_layer *L = &eng->m->layers[il];
+	int64_t E = hp->n_embd;
+	norm(hp, eng->xn + t * E, eng->x + t * E, L->ffn_norm, L->ffn_norm_b, E);
+}
+
+/* The attention block of layer il, x += its output; ends with the FFN's
+ * input norm in xn. */
 static void attention(moe_engine *eng, int il, int B)
 {
 	const moe_model *m = eng->m;
 	const moe_hparams *hp = &m->hp;
 	const moe_layer *L = &m->layers[il];
-	int64_t E = hp->n_embd, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
-	int64_t nq = H * hd, kvd = Hkv * hd;
+	int64_t E = hp->n_embd, Hkv = hp->n_head_kv;
 
 	if (hp->attention == MOE_ATTN_MLA) { /* deepseek2: arch_deepseek2.c */
 		moe_mla_attention(eng, il, B);
+		per_token(eng, il, B, ffn_in);
 		return;
 	}
-	for (int t = 0; t < B; t++)
-		norm(hp, eng->xn + t * E, eng->x + t * E, L->attn_norm, L->attn_norm_b, E);
+	per_token(eng, il, B, attn_in);
 	/* q, k and v read the same input: one job */
 	const moe_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
 	float *out[] = {eng->q, eng->kb, eng->vb};
 	products(eng, il, eng->xn, B, 3, qkv, out);
-	for (int t = 0; t < B; t++) {
-		float *q = eng->q + t * nq, *k = eng->kb + t * kvd, *v = eng->vb + t * kvd;
-		if (L->bq)
-			for (int64_t i = 0; i < nq; i++)
-				q[i] += L->bq[i];
-		if (L->bk)
-			for (int64_t i = 0; i < kvd; i++)
-				k[i] += L->bk[i];
-		if (L->bv)
-			for (int64_t i = 0; i < kvd; i++)
-				v[i] += L->bv[i];
-		if (hp->qk_norm == MOE_QK_NORM_FULL) {
-			rmsnorm(q, q, L->q_norm, nq, hp->norm_eps);
-			rmsnorm(k, k, L->k_norm, kvd, hp->norm_eps);
-		} else if (hp->qk_norm == MOE_QK_NORM_HEAD) {
-			for (int64_t h = 0; h < H; h++)
-				rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
-			for (int64_t h = 0; h < Hkv; h++)
-				rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
-		}
-		for (int64_t h = 0; h < H; h++)
-			rope(eng, q + h * hd, t);
-		for (int64_t h = 0; h < Hkv; h++)
-			rope(eng, k + h * hd, t);
-		cache_store(eng, il, t, k, v, kvd);
-	}
+	per_token(eng, il, B, qk_prep);
 	attn_job j = {eng, il, attn_tiles(eng, B) * (int)Hkv, 0};
 	moe_pool_run(eng->pool, attn_worker, &j);
 	matmul(eng, &L->wo, il, eng->att, B, eng->tmp, E);
-	if (L->bo)
-		for (int t = 0; t < B; t++)
-			for (int64_t i = 0; i < E; i++)
-				eng->tmp[t * E + i] += L->bo[i];
-	float rs = (float)hp->residual_scale; /* Granite; 1 (exact) elsewhere */
-	for (int64_t i = 0; i < B * E; i++)
-		eng->x[i] += eng->tmp[i] * rs;
+	per_token(eng, il, B, attn_out);
 }
 
 /* ----------------------------------------------------------------- FFN */
@@ -730,12 +796,30 @@ static int run_experts(moe_engine *eng, int il, int B, int n_active, moe_error *
 	return 0;
 }
 
+/* x += token t's experts in the order it chose them, then the shared one. */
+static void combine(moe_engine *eng, int il, int t)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	int64_t E = hp->n_embd;
+	int k = (int)hp->n_expert_used;
+	bool shared = eng->m->layers[il].sh_gate.data != NULL;
+	const float *eo = eng->expert_out + (int64_t)t * k * E;
+	float *x = eng->x + (int64_t)t * E;
+	for (int64_t q = 0; q < E; q++) {
+		float s = 0;
+		for (int c = 0; c < k; c++)
+			s += eo[(int64_t)c * E + q];
+		if (shared)
+			s += eng->shared_out[(int64_t)t * E + q];
+		x[q] += s * (float)hp->residual_scale;
+	}
+}
+
 static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
 {
 	const moe_hparams *hp = &eng->m->hp;
 	const moe_layer *L = &eng->m->layers[il];
 	int64_t E = hp->n_embd;
-	int k = (int)hp->n_expert_used;
 
 	route(eng, il, B);
 	MOE_TRY(run_experts(eng, il, B, group_by_expert(eng, B), e));
@@ -754,29 +838,16 @@ static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
 				eng->shared_out[(int64_t)t * E + q] *= g;
 		}
 	}
-	/* x += the token's experts in the order it chose them, then the shared one */
-	for (int t = 0; t < B; t++) {
-		const float *eo = eng->expert_out + (int64_t)t * k * E;
-		float *x = eng->x + (int64_t)t * E;
-		for (int64_t q = 0; q < E; q++) {
-			float s = 0;
-			for (int c = 0; c < k; c++)
-				s += eo[(int64_t)c * E + q];
-			if (shared)
-				s += eng->shared_out[(int64_t)t * E + q];
-			x[q] += s * (float)hp->residual_scale;
-		}
-	}
+	per_token(eng, il, B, combine);
 	return 0;
 }
 
+/* The FFN of layer il on xn (normed by attention()), x += its output. */
 static int ffn(moe_engine *eng, int il, int B, moe_error *e)
 {
 	const moe_hparams *hp = &eng->m->hp;
 	const moe_layer *L = &eng->m->layers[il];
 	int64_t E = hp->n_embd;
-	for (int t = 0; t < B; t++)
-		norm(hp, eng->xn + t * E, eng->x + t * E, L->ffn_norm, L->ffn_norm_b, E);
 	if (L->is_moe)
 		return moe_ffn(eng, il, B, e);
 	swiglu_ffn(eng, il, -1, &L->ffn_gate, &L->ffn_up, &L->ffn_down, eng->xn, B, eng->tmp);
@@ -821,16 +892,24 @@ int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
 	if (!n)
 		return 0;
 	uint32_t nv = hp->n_vocab;
-	matmul(eng, &m->output, -1, eng->xn, n, eng->out_rows, nv);
+	/* straight into the callers' rows when they follow one another (one
+	 * logits array for the batch, as moe-bench gives), else through
+	 * out_rows */
+	float *rows = st[eng->want[0]].logits;
+	for (int i = 1; i < n; i++)
+		if (st[eng->want[i]].logits != rows + (size_t)i * nv)
+			rows = eng->out_rows;
+	matmul(eng, &m->output, -1, eng->xn, n, rows, nv);
 	if (m->out_bias) /* phimoe's lm_head bias */
 		for (int i = 0; i < n; i++)
 			for (uint32_t v = 0; v < nv; v++)
-				eng->out_rows[(size_t)i * nv + v] += m->out_bias[v];
+				rows[(size_t)i * nv + v] += m->out_bias[v];
 	if (hp->logit_scale != 1.0) /* Granite divides the logits */
 		for (size_t i = 0; i < (size_t)n * nv; i++)
-			eng->out_rows[i] /= (float)hp->logit_scale;
-	for (int i = 0; i < n; i++)
-		memcpy(st[eng->want[i]].logits, eng->out_rows + (size_t)i * nv, nv * sizeof(float));
+			rows[i] /= (float)hp->logit_scale;
+	if (rows == eng->out_rows)
+		for (int i = 0; i < n; i++)
+			memcpy(st[eng->want[i]].logits, rows + (size_t)i * nv, nv * sizeof(float));
 	return 0;
 }
 

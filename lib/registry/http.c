@@ -60,11 +60,8 @@ static bool parse_u64(const char *s, uint64_t *out)
 	return true;
 }
 
-static size_t on_header(char *p, size_t size, size_t nitems, void *user)
+size_t moe_http_parse_header(moe_http_resp *r, const char *p, size_t len)
 {
-	xfer *x = user;
-	moe_http_resp *r = x->r;
-	size_t len = size * nitems;
 	r->header_bytes += len;
 	if (r->header_bytes > MOE_HTTP_HEADER_MAX) {
 		r->header_overflow = true;
@@ -125,6 +122,12 @@ static size_t on_header(char *p, size_t size, size_t nitems, void *user)
 	}
 #undef IS
 	return len;
+}
+
+static size_t on_header(char *p, size_t size, size_t nitems, void *user)
+{
+	xfer *x = user;
+	return moe_http_parse_header(x->r, p, size * nitems);
 }
 
 static size_t on_body(char *p, size_t size, size_t nmemb, void *user)

@@ -258,6 +258,50 @@ static int not_ok(const moe_http_resp *r, const char *what, moe_error *e)
 	return moe_err(e, code, "%s: %s", what, st);
 }
 
+int moe_hub_parse_list(const char *text, size_t len, const char *what, char ***files, size_t *n,
+		       char commit[128], moe_error *e)
+{
+	*files = NULL;
+	*n = 0;
+	json_error_t je;
+	json_t *j = json_loadb(text, len, 0, &je);
+	json_t *sha = json_object_get(j, "sha");
+	json_t *sib = json_object_get(j, "siblings");
+	int rc = 0;
+	if (!json_is_object(j) || !json_is_string(sha) || !json_is_array(sib))
+		rc = moe_err(e, MOE_EFORMAT, "%s: the hub's file listing is not what it should be "
+					     "(no \"sha\" or \"siblings\")", what);
+	else if (!token_ok(json_string_value(sha), 64))
+		rc = moe_err(e, MOE_EFORMAT, "%s: bad commit id '%.80s' in the listing", what,
+			     json_string_value(sha));
+	else {
+		strcpy(commit, json_string_value(sha));
+		size_t cnt = json_array_size(sib);
+		*files = calloc(cnt ? cnt : 1, sizeof **files);
+		if (!*files)
+			rc = moe_err(e, MOE_ENOMEM, "out of memory");
+		for (size_t i = 0; rc == 0 && i < cnt; i++) {
+			const char *f = json_string_value(json_object_get(json_array_get(sib, i), "rfilename"));
+			if (!f)
+				rc = moe_err(e, MOE_EFORMAT, "%s: listing entry %zu has no rfilename", what, i);
+			else if (!moe_hub_safe_name(f))
+				rc = moe_err(e, MOE_EFORMAT,
+					     "%s: the server listed an unsafe file name '%.200s' "
+					     "(absolute, '..' or control characters); refusing it",
+					     what, f);
+			else if (!((*files)[(*n)++] = strdup(f)))
+				rc = moe_err(e, MOE_ENOMEM, "out of memory");
+		}
+	}
+	json_decref(j);
+	if (rc < 0) {
+		moe_hub_free_list(*files, *n);
+		*files = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
 int moe_hub_list(CURL *h, const moe_hub_env *env, const moe_http_cfg *cfg, const char *repo,
 		 const char *revision, char ***files, size_t *n, char commit[128], moe_error *e)
 {
@@ -281,46 +325,10 @@ int moe_hub_list(CURL *h, const moe_hub_env *env, const moe_http_cfg *cfg, const
 		rc = moe_err(e, MOE_EFORMAT, "%s: file listing larger than %zu bytes", what, LIST_MAX);
 	else if (rc == 0 && r->status != 200)
 		rc = not_ok(r, what, e);
-	json_t *j = NULL;
-	if (rc == 0) {
-		json_error_t je;
-		j = json_loadb(m.p ? m.p : "", m.len, 0, &je);
-		json_t *sha = json_object_get(j, "sha");
-		json_t *sib = json_object_get(j, "siblings");
-		if (!json_is_object(j) || !json_is_string(sha) || !json_is_array(sib))
-			rc = moe_err(e, MOE_EFORMAT, "%s: the hub's file listing is not what it should be "
-						     "(no \"sha\" or \"siblings\")", what);
-		else if (!token_ok(json_string_value(sha), 64))
-			rc = moe_err(e, MOE_EFORMAT, "%s: bad commit id '%.80s' in the listing", what,
-				     json_string_value(sha));
-		else {
-			strcpy(commit, json_string_value(sha));
-			size_t cnt = json_array_size(sib);
-			*files = calloc(cnt ? cnt : 1, sizeof **files);
-			if (!*files)
-				rc = moe_err(e, MOE_ENOMEM, "out of memory");
-			for (size_t i = 0; rc == 0 && i < cnt; i++) {
-				const char *f = json_string_value(json_object_get(json_array_get(sib, i), "rfilename"));
-				if (!f)
-					rc = moe_err(e, MOE_EFORMAT, "%s: listing entry %zu has no rfilename", what, i);
-				else if (!moe_hub_safe_name(f))
-					rc = moe_err(e, MOE_EFORMAT,
-						     "%s: the server listed an unsafe file name '%.200s' "
-						     "(absolute, '..' or control characters); refusing it",
-						     what, f);
-				else if (!((*files)[(*n)++] = strdup(f)))
-					rc = moe_err(e, MOE_ENOMEM, "out of memory");
-			}
-		}
-	}
-	json_decref(j);
+	if (rc == 0)
+		rc = moe_hub_parse_list(m.p ? m.p : "", m.len, what, files, n, commit, e);
 	free(m.p);
 	free(r);
-	if (rc < 0) {
-		moe_hub_free_list(*files, *n);
-		*files = NULL;
-		*n = 0;
-	}
 	return rc;
 }
 

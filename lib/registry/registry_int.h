@@ -99,6 +99,12 @@ int moe_http_once(CURL *h, const moe_http_cfg *cfg, const moe_http_req *q, moe_h
 typedef int (*moe_http_retry_fn)(void *user, moe_http_req *q, moe_error *e);
 int moe_http_request(CURL *h, const moe_http_cfg *cfg, moe_http_req *q, moe_http_resp *r,
 		     moe_http_retry_fn on_retry, void *user, moe_error *e);
+/* One response header line as curl hands it over (len bytes, not
+ * NUL-terminated, CRLF included): a status line starts r afresh, the
+ * headers above are stored (cut to their fields' size), others ignored.
+ * Returns len, or 0 once the headers pass MOE_HTTP_HEADER_MAX
+ * (r->header_overflow; curl then aborts the transfer). */
+size_t moe_http_parse_header(moe_http_resp *r, const char *line, size_t len);
 /* "HTTP 404 (EntryNotFound: ...)" style text for a non-2xx answer. */
 void moe_http_status_text(const moe_http_resp *r, char *buf, size_t n);
 /* scheme://host:port of a URL (port made explicit). */
@@ -139,6 +145,12 @@ bool moe_hub_safe_name(const char *name);
 int moe_hub_list(CURL *h, const moe_hub_env *env, const moe_http_cfg *cfg, const char *repo,
 		 const char *revision, char ***files, size_t *n, char commit[128], moe_error *e);
 void moe_hub_free_list(char **files, size_t n);
+/* The parse behind moe_hub_list: the JSON of /api/models/REPO/revision/REV
+ * (len bytes; `what` names it in messages).  MOE_EFORMAT for a listing
+ * without "sha" or "siblings", a bad commit id, an entry without
+ * rfilename or with an unsafe name (moe_hub_safe_name); nothing is kept. */
+int moe_hub_parse_list(const char *text, size_t len, const char *what, char ***files, size_t *n,
+		       char commit[128], moe_error *e);
 
 /* Choose what to fetch from a repo listing: --include globs, else the GGUF
  * file(s) of `quant`, else the only GGUF model, else a safetensors
