@@ -375,6 +375,15 @@ static void attn_in(moe_engine *eng, int il, int t)
 	norm(hp, eng->xn + t * E, eng->x + t * E, L->attn_norm, L->attn_norm_b, E);
 }
 
+/* The next layer's attention input norm, in the job that ends this layer
+ * (one pool wake fewer a layer); the first layer's comes from moe_forward,
+ * and MLA layers norm their own input. */
+static void next_attn_in(moe_engine *eng, int il, int t)
+{
+	if ((uint32_t)il + 1 < eng->m->hp.n_layer && eng->m->hp.attention != MOE_ATTN_MLA)
+		attn_in(eng, il + 1, t);
+}
+
 /* x += (a Wo^T + bo) * the residual scale, then the FFN's input norm. */
 static void attn_out(moe_engine *eng, int il, int t)
 {
@@ -399,8 +408,9 @@ static void ffn_in(moe_engine *eng, int il, int t)
 	norm(hp, eng->xn + t * E, eng->x + t * E, L->ffn_norm, L->ffn_norm_b, E);
 }
 
-/* The attention block of layer il, x += its output; ends with the FFN's
- * input norm in xn. */
+/* The attention block of layer il on xn (normed by the previous layer's
+ * end, or moe_forward), x += its output; ends with the FFN's input norm in
+ * xn. */
 static void attention(moe_engine *eng, int il, int B)
 {
 	const moe_model *m = eng->m;
@@ -413,7 +423,6 @@ static void attention(moe_engine *eng, int il, int B)
 		per_token(eng, il, B, ffn_in);
 		return;
 	}
-	per_token(eng, il, B, attn_in);
 	/* q, k and v read the same input: one job */
 	const moe_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
 	float *out[] = {eng->q, eng->kb, eng->vb};
@@ -813,6 +822,19 @@ static void combine(moe_engine *eng, int il, int t)
 			s += eng->shared_out[(int64_t)t * E + q];
 		x[q] += s * (float)hp->residual_scale;
 	}
+	next_attn_in(eng, il, t);
+}
+
+/* x += token t's dense FFN output. */
+static void dense_out(moe_engine *eng, int il, int t)
+{
+	const moe_hparams *hp = &eng->m->hp;
+	int64_t E = hp->n_embd;
+	float *x = eng->x + t * E;
+	const float *o = eng->tmp + t * E;
+	for (int64_t i = 0; i < E; i++)
+		x[i] += o[i] * (float)hp->residual_scale;
+	next_attn_in(eng, il, t);
 }
 
 static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
@@ -845,14 +867,11 @@ static int moe_ffn(moe_engine *eng, int il, int B, moe_error *e)
 /* The FFN of layer il on xn (normed by attention()), x += its output. */
 static int ffn(moe_engine *eng, int il, int B, moe_error *e)
 {
-	const moe_hparams *hp = &eng->m->hp;
 	const moe_layer *L = &eng->m->layers[il];
-	int64_t E = hp->n_embd;
 	if (L->is_moe)
 		return moe_ffn(eng, il, B, e);
 	swiglu_ffn(eng, il, -1, &L->ffn_gate, &L->ffn_up, &L->ffn_down, eng->xn, B, eng->tmp);
-	for (int64_t i = 0; i < (int64_t)B * E; i++)
-		eng->x[i] += eng->tmp[i] * (float)hp->residual_scale;
+	per_token(eng, il, B, dense_out);
 	return 0;
 }
 
@@ -873,6 +892,8 @@ int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
 		for (int64_t i = 0; i < (int64_t)B * E; i++)
 			eng->x[i] *= (float)hp->embedding_scale;
 	rope_tables(eng, st, B);
+	if (hp->attention != MOE_ATTN_MLA)
+		per_token(eng, 0, B, attn_in);
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		attention(eng, (int)il, B);
 		MOE_TRY(ffn(eng, (int)il, B, e));
