@@ -74,3 +74,7 @@ tests_unit_t_repack_LDADD = $(MOE_LIBS)
 # Micro-benchmark (not a test): make tests/unit/bench-kernels
 noinst_PROGRAMS += tests/unit/bench-kernels
 tests_unit_bench_kernels_LDADD = $(MOE_LIBS)
+
+# Peak rates of the instruction sequences the prefill tiles are built from
+# (not a test; x86-64): make tests/unit/bench-isa
+noinst_PROGRAMS += tests/unit/bench-isa

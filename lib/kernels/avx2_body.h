@@ -1142,9 +1142,13 @@ INLINE void b32x_tile(const int kind, const int T, const uint8_t *wa, const uint
 				MOE_UNROLL2 for (int t = 0; t < T; t++) {
 					__m256i xv = bcast32_2(x + t * ldx + i * 34 + 2 + 4 * k4);
 					u[t] = dot_u8s8_acc(u[t], a, _mm256_sign_epi8(xv, sg));
+#ifndef MOE_AVXVNNI
 					/* A chain per sum: left alone, GCC makes the
-					 * adds a tree and spills its partial sums. */
+					 * adds a tree and spills its partial sums
+					 * (vpdpbusd accumulates itself; the chain
+					 * there cost 3%). */
 					__asm__("" : "+x"(u[t]));
+#endif
 				}
 			}
 		}

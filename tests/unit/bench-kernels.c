@@ -5,15 +5,20 @@
  *          matrix (together larger than the L3 cache) are used in turn so
  *          the weights come from memory as in a real model; reports GB/s of
  *          weights streamed and GFLOP/s.
- * prefill: n tokens (default 512) through one matrix; reports GFLOP/s.
+ * prefill: n tokens (default 512) through one matrix; reports GFLOP/s (twice
+ *          the multiply-adds a second).  With -M each run takes the next copy
+ *          of the matrix, last touched 256 MiB ago, so its weights come from
+ *          memory once (an expert's product in a prompt); without it the
+ *          same copy every run (cached, the kernel's arithmetic alone).
  * Each figure is the median of --reps runs.
  *
  *   bench-kernels [-t THREADS] [-r REPS] [-m ROWSxCOLS] [-n PREFILL_TOKENS]
- *                 [-d DECODE_TOKENS] [-i generic|avx2|avxvnni|avx512|all] [-H] [-b] [-c]
+ *                 [-d DECODE_TOKENS] [-i generic|avx2|avxvnni|avx512|all] [-H] [-M] [-b] [-c]
  *                 [TYPE...]
  * -d: tokens per decode product (default 1; 2-12 is an expert's share of a
  *     batched step), weights still streamed from memory.
  * -H: decode from one cache-resident copy (kernel speed without memory).
+ * -M: prefill from memory (above; not with -H).
  * -b: report the fastest run instead of the median.
  * -c: time with the process's CPU clock instead of the wall clock (with
  *     -t 1 on a shared machine: time spent waiting for a core is left out).
@@ -80,7 +85,7 @@ static void random_blocks(int dt, uint8_t *p, size_t n)
 int main(int argc, char **argv)
 {
 	int threads = 2, reps = 9, n_prefill = 512, n_dec = 1, isa_sel = -1;
-	bool hot = false, best = false;
+	bool hot = false, best = false, pp_mem = false;
 	int64_t rows = 4096, cols = 4096;
 	int types[MOE_DTYPE_MAX], n_types = 0;
 	moe_error e;
@@ -96,6 +101,8 @@ int main(int argc, char **argv)
 			use_cpu = true;
 		else if (!strcmp(argv[i], "-H"))
 			hot = true;
+		else if (!strcmp(argv[i], "-M"))
+			pp_mem = true;
 		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
 			n_prefill = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "-d") && i + 1 < argc)
@@ -148,9 +155,10 @@ int main(int argc, char **argv)
 		X[i] = frand();
 
 	printf("# %lldx%lld, %d threads, %s of %d runs; decode (%d token%s) streams copies "
-	       "totalling >= 256 MiB%s\n",
+	       "totalling >= 256 MiB%s; prefill %s\n",
 	       (long long)rows, (long long)cols, threads, best ? "best" : "median", reps, n_dec,
-	       n_dec == 1 ? "" : "s", hot ? " (not with -H)" : "");
+	       n_dec == 1 ? "" : "s", hot ? " (not with -H)" : "",
+	       pp_mem && !hot ? "from memory" : "cached");
 	printf("%-7s %-7s %10s %10s %10s %12s %12s\n", "type", "isa", "dec GB/s", "dec GFLOP",
 	       "dec us", "pp GFLOP/s", "pp tok/s");
 	for (int ti = 0; ti < n_types; ti++) {
@@ -202,8 +210,9 @@ int main(int argc, char **argv)
 			double dec = median(tdec, reps);
 			int pp_reps = isa == 0 ? 1 : reps;
 			for (int r = 0; r < pp_reps; r++) {
+				const uint8_t *Wp = W + (pp_mem ? (size_t)(r % copies) * mb : 0);
 				double t0 = now();
-				moe_matmul(k, pool, dt, W, rows, cols, X, cols, n_prefill, Y, rows,
+				moe_matmul(k, pool, dt, Wp, rows, cols, X, cols, n_prefill, Y, rows,
 					   scratch);
 				tpp[r] = now() - t0;
 			}
