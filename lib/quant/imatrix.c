@@ -18,6 +18,7 @@
  *   n_expert x n_cols values, expert-major.
  */
 #include <errno.h>
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -288,10 +289,18 @@ static int load_moe(moe_imatrix *m, rd *r, moe_error *e)
 		memcpy(t->sums, r->p + r->off, 8 * (size_t)cols);
 		r->off += 8 * (size_t)cols;
 		t->rows = rows;
-		for (uint32_t c = 0; c < cols; c++)
+		for (uint32_t c = 0; c < cols; c++) {
 			if (!(t->sums[c] >= 0.0) || t->sums[c] > 1e300)
 				return moe_err(e, MOE_EFORMAT, "%s: entry '%s': column %u is not a "
 					       "finite non-negative sum", r->path, t->name, c);
+			/* the quantisers take the mean square as a float weight:
+			 * one that overflows to infinity would make NaN scales */
+			if (rows && t->sums[c] / (double)rows > FLT_MAX)
+				return moe_err(e, MOE_EFORMAT, "%s: entry '%s': column %u: mean square "
+					       "%g (sum over %llu rows) does not fit a float", r->path,
+					       t->name, c, t->sums[c] / (double)rows,
+					       (unsigned long long)rows);
+		}
 	}
 	if (r->off != r->n)
 		return moe_err(e, MOE_EFORMAT, "%s: %zu bytes of trailing data", r->path,

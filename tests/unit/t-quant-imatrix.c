@@ -75,6 +75,20 @@ static void test_accumulate(void)
 	write_file(path, buf, 20);
 	ok(moe_imatrix_load(&r, path, &e) < 0 && r == NULL, "truncated: refused (%s)", e.msg);
 	moe_imatrix_free(m);
+
+	/* a mean square beyond a float (activations of 1e30: sums of 1e60
+	 * over one row), which the quantisers would take as an infinite
+	 * weight: the file is refused naming the entry (found by
+	 * fuzz-imatrix; tests/fuzz/imatrix/crash-mean-overflow) */
+	ok(moe_imatrix_new(&m, &e) == 0, "new");
+	float huge[2] = {1e30f, 1.0f};
+	ok(moe_imatrix_add(m, "blk.0.attn_k.weight", huge, 1, 2, &e) == 0, "add 1e30");
+	ok(moe_imatrix_save(m, path, &e) == 0, "save it");
+	moe_imatrix_free(m);
+	r = NULL;
+	is_int(moe_imatrix_load(&r, path, &e), MOE_EFORMAT, "a mean square beyond a float: refused");
+	ok(r == NULL && strstr(e.msg, "a.imatrix") && strstr(e.msg, "blk.0.attn_k.weight") &&
+	   strstr(e.msg, "column 0"), "... naming the file, entry and column: %s", e.msg);
 }
 
 static void put_i32(uint8_t **p, int32_t v)
