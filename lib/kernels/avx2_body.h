@@ -1070,6 +1070,13 @@ INLINE void b32x_unpack(const int kind, uint8_t *wa, uint8_t *ws, float *wd, con
 	const int off = b32x_off(kind);
 	for (int64_t i = 0; i < nb; i++) {
 		__m256i v[8];
+		/* The rows come from memory once (an expert's product): the
+		 * load stalled here took 7% of the Q8_0 tile's time in
+		 * mixtral-s-q8_0 pp512 without a prefetch (prefetch_ahead2,
+		 * one line of each row per 64 bytes of blocks). */
+		if ((i * bs) % 64 < bs)
+			for (int r = 0; r < rows; r++)
+				_mm_prefetch((const char *)w + r * ldw + i * bs + MOE_PF_DIST2, _MM_HINT_T1);
 		for (int r = 0; r < 8; r++)
 			v[r] = r < rows ? b32x_values(kind, w + r * ldw + i * bs) : _mm256_setzero_si256();
 		transpose8(v);
@@ -1095,68 +1102,82 @@ INLINE void b32x_tile(const int kind, const int T, const uint8_t *wa, const uint
 {
 	const int off = b32x_off(kind);
 	__m256 P[GT3][8];
-	for (int t = 0; t < T; t++)
-		for (int j = 0; j < 8; j++)
-			P[t][j] = _mm256_setzero_ps();
-	for (int64_t i = 0; i < nb; i++) {
-		const int j = (int)(i & 7);
-		__m256i u[GT3];
+	/* Partial j takes blocks j, j + 8, ... in order, as in the dot
+	 * product; one partial at a time, so the T partials being summed stay
+	 * in registers (all 8 of 4 tokens, 32 vectors, went through the stack
+	 * every block). */
+	for (int j = 0; j < 8; j++) {
+		__m256 Pj[GT3];
 		MOE_UNROLL2 for (int t = 0; t < T; t++)
-			u[t] = _mm256_setzero_si256();
-		if (off) {
+			Pj[t] = _mm256_setzero_ps();
+		for (int64_t i = j; i < nb; i += 8) {
+			__m256i u[GT3];
+			MOE_UNROLL2 for (int t = 0; t < T; t++)
+				u[t] = _mm256_setzero_si256();
+			if (off) {
 #ifdef MOE_AVXVNNI
-			MOE_UNROLL2 for (int k4 = 0; k4 < 8; k4++) {
-				const __m256i a = _mm256_load_si256((const void *)(wa + (i * 8 + k4) * 32));
-				MOE_UNROLL2 for (int t = 0; t < T; t++)
-					u[t] = _mm256_dpbusd_avx_epi32(
-						u[t], a, bcast32_2(x + t * ldx + i * 34 + 2 + 4 * k4));
-			}
-#else
-			const int C = off == 8 ? 8 : 4; /* steps per 16-bit sum */
-			MOE_UNROLL2 for (int c = 0; c < 8; c += C) {
-				__m256i p[GT3];
-				MOE_UNROLL2 for (int t = 0; t < T; t++)
-					p[t] = _mm256_setzero_si256();
-				MOE_UNROLL2 for (int k4 = c; k4 < c + C; k4++) {
+				MOE_UNROLL2 for (int k4 = 0; k4 < 8; k4++) {
 					const __m256i a =
 						_mm256_load_si256((const void *)(wa + (i * 8 + k4) * 32));
+					MOE_UNROLL2 for (int t = 0; t < T; t++)
+						u[t] = _mm256_dpbusd_avx_epi32(
+							u[t], a,
+							bcast32_2(x + t * ldx + i * 34 + 2 + 4 * k4));
+				}
+#else
+				const int C = off == 8 ? 8 : 4; /* steps per 16-bit sum */
+				MOE_UNROLL2 for (int c = 0; c < 8; c += C) {
+					__m256i p[GT3];
+					MOE_UNROLL2 for (int t = 0; t < T; t++)
+						p[t] = _mm256_setzero_si256();
+					MOE_UNROLL2 for (int k4 = c; k4 < c + C; k4++) {
+						const __m256i a =
+							_mm256_load_si256((const void *)(wa + (i * 8 + k4) * 32));
+						MOE_UNROLL2 for (int t = 0; t < T; t++) {
+							p[t] = _mm256_add_epi16(
+								p[t], _mm256_maddubs_epi16(
+									      a, bcast32_2(x + t * ldx + i * 34 + 2 +
+											   4 * k4)));
+							/* a chain (see kq2_tile) */
+							__asm__("" : "+x"(p[t]));
+						}
+					}
+					MOE_UNROLL2 for (int t = 0; t < T; t++)
+						u[t] = _mm256_add_epi32(
+							u[t], _mm256_madd_epi16(p[t], _mm256_set1_epi16(1)));
+				}
+#endif
+				MOE_UNROLL2 for (int t = 0; t < T; t++)
+					u[t] = _mm256_sub_epi32(u[t],
+								_mm256_set1_epi32(off * sx[t * nb + i]));
+			} else {
+				MOE_UNROLL2 for (int k4 = 0; k4 < 8; k4++) {
+					const __m256i a =
+						_mm256_load_si256((const void *)(wa + (i * 8 + k4) * 32));
+					const __m256i sg =
+						_mm256_load_si256((const void *)(ws + (i * 8 + k4) * 32));
 					MOE_UNROLL2 for (int t = 0; t < T; t++) {
-						p[t] = _mm256_add_epi16(
-							p[t], _mm256_maddubs_epi16(
-								      a, bcast32_2(x + t * ldx + i * 34 + 2 +
-										   4 * k4)));
-						__asm__("" : "+x"(p[t])); /* a chain (see kq2_tile) */
+						__m256i xv = bcast32_2(x + t * ldx + i * 34 + 2 + 4 * k4);
+						u[t] = dot_u8s8_acc(u[t], a, _mm256_sign_epi8(xv, sg));
+#ifndef MOE_AVXVNNI
+						/* A chain per sum: left alone, GCC makes the
+						 * adds a tree and spills its partial sums
+						 * (vpdpbusd accumulates itself; the chain
+						 * there cost 3%). */
+						__asm__("" : "+x"(u[t]));
+#endif
 					}
 				}
-				MOE_UNROLL2 for (int t = 0; t < T; t++)
-					u[t] = _mm256_add_epi32(
-						u[t], _mm256_madd_epi16(p[t], _mm256_set1_epi16(1)));
 			}
-#endif
-			MOE_UNROLL2 for (int t = 0; t < T; t++)
-				u[t] = _mm256_sub_epi32(u[t], _mm256_set1_epi32(off * sx[t * nb + i]));
-		} else {
-			MOE_UNROLL2 for (int k4 = 0; k4 < 8; k4++) {
-				const __m256i a = _mm256_load_si256((const void *)(wa + (i * 8 + k4) * 32));
-				const __m256i sg = _mm256_load_si256((const void *)(ws + (i * 8 + k4) * 32));
-				MOE_UNROLL2 for (int t = 0; t < T; t++) {
-					__m256i xv = bcast32_2(x + t * ldx + i * 34 + 2 + 4 * k4);
-					u[t] = dot_u8s8_acc(u[t], a, _mm256_sign_epi8(xv, sg));
-#ifndef MOE_AVXVNNI
-					/* A chain per sum: left alone, GCC makes the
-					 * adds a tree and spills its partial sums
-					 * (vpdpbusd accumulates itself; the chain
-					 * there cost 3%). */
-					__asm__("" : "+x"(u[t]));
-#endif
-				}
+			const __m256 d = _mm256_load_ps(wd + i * 8);
+			MOE_UNROLL2 for (int t = 0; t < T; t++) {
+				const __m256 dxv = _mm256_broadcast_ss(dx + t * nb + i);
+				Pj[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[t]), _mm256_mul_ps(d, dxv),
+							Pj[t]);
 			}
 		}
-		const __m256 d = _mm256_load_ps(wd + i * 8);
-		MOE_UNROLL2 for (int t = 0; t < T; t++) {
-			const __m256 dxv = _mm256_broadcast_ss(dx + t * nb + i);
-			P[t][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[t]), _mm256_mul_ps(d, dxv), P[t][j]);
-		}
+		MOE_UNROLL2 for (int t = 0; t < T; t++)
+			P[t][j] = Pj[t];
 	}
 	/* hsum8's order across the partials. */
 	for (int t = 0; t < T; t++) {
