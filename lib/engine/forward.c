@@ -137,8 +137,10 @@ static void products_compute(void *arg, int ith, int nth)
 	}
 }
 
+/* (quantized: X's rows are already in the scratch, as products_row puts
+ * them) */
 static void products(moe_engine *eng, int layer, const float *X, int64_t n, int n_w,
-		     const moe_weight *const *w, float *const *Y)
+		     const moe_weight *const *w, float *const *Y, bool quantized)
 {
 	products_job j = {.eng = eng, .n_w = n_w, .x = X, .n = n,
 			  .scratch_stride = eng->scratch_bytes};
@@ -147,11 +149,23 @@ static void products(moe_engine *eng, int layer, const float *X, int64_t n, int 
 		j.w[i] = w[i];
 		j.y[i] = Y[i];
 	}
-	if (n >= 2 * (int64_t)eng->n_threads)
+	if (!quantized && n >= 2 * (int64_t)eng->n_threads)
 		moe_pool_run(eng->pool, products_quantize, &j);
-	else
+	else if (!quantized)
 		products_quantize(&j, 0, 1);
 	moe_pool_run(eng->pool, products_compute, &j);
+}
+
+/* Row t of X (stride w[i]->cols) quantised for products of w[0..n_w), where
+ * products() would put it. */
+static void products_row(moe_engine *eng, const float *X, int t, int n_w,
+			 const moe_weight *const *w)
+{
+	for (int i = 0; i < n_w; i++) {
+		size_t rb = moe_matmul_scratch(w[i]->dtype, w[i]->cols, 1);
+		moe_matmul_quantize(eng->k, w[i]->dtype, w[i]->cols, X + t * w[i]->cols, w[i]->cols,
+				    1, (uint8_t *)eng->scratch + i * eng->scratch_bytes + t * rb, 0, 1);
+	}
 }
 
 static void row_to_float(const moe_engine *eng, int dtype, const void *src, float *dst, int64_t n)
@@ -367,12 +381,16 @@ static void qk_prep(moe_engine *eng, int il, int t)
 	cache_store(eng, il, t, k, v, kvd);
 }
 
+/* Token t's attention input: the norm, then its row quantised for the q, k
+ * and v products (in this job rather than one more of its own). */
 static void attn_in(moe_engine *eng, int il, int t)
 {
 	const moe_hparams *hp = &eng->m->hp;
 	const moe_layer *L = &eng->m->layers[il];
 	int64_t E = hp->n_embd;
+	const moe_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
 	norm(hp, eng->xn + t * E, eng->x + t * E, L->attn_norm, L->attn_norm_b, E);
+	products_row(eng, eng->xn, t, 3, qkv);
 }
 
 /* The next layer's attention input norm, in the job that ends this layer
@@ -426,7 +444,7 @@ static void attention(moe_engine *eng, int il, int B)
 	/* q, k and v read the same input: one job */
 	const moe_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
 	float *out[] = {eng->q, eng->kb, eng->vb};
-	products(eng, il, eng->xn, B, 3, qkv, out);
+	products(eng, il, eng->xn, B, 3, qkv, out, true);
 	per_token(eng, il, B, qk_prep);
 	attn_job j = {eng, il, attn_tiles(eng, B) * (int)Hkv, 0};
 	moe_pool_run(eng->pool, attn_worker, &j);
@@ -949,7 +967,7 @@ void moe_fwd_rope(const moe_engine *eng, float *v, int t)
 void moe_fwd_products(moe_engine *eng, int layer, const float *X, int64_t n, int n_w,
 		      const moe_weight *const *w, float *const *Y)
 {
-	products(eng, layer, X, n, n_w, w, Y);
+	products(eng, layer, X, n, n_w, w, Y, false);
 }
 
 void moe_fwd_matmul(moe_engine *eng, const moe_weight *w, int layer, const float *X, int64_t n,
