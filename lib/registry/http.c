@@ -75,9 +75,15 @@ size_t moe_http_parse_header(moe_http_resp *r, const char *p, size_t len)
 		memset(r, 0, offsetof(moe_http_resp, header_bytes));
 		memcpy(r->url, url, sizeof url);
 		r->header_bytes = hb;
-		const char *sp = memchr(p, ' ', len);
-		if (sp && sp + 4 <= p + len)
-			r->status = strtol(sp + 1, NULL, 10);
+		/* the code: the digits after the first space, read within the
+		 * line (curl's buffer has no NUL, and strtol would skip CR and
+		 * LF into whatever follows) */
+		const char *sp = memchr(p, ' ', len), *end = p + len;
+		long code = 0;
+		for (const char *d = sp ? sp + 1 : end; d < end && isdigit((unsigned char)*d) &&
+						       code < 1000; d++)
+			code = code * 10 + (*d - '0');
+		r->status = code;
 		return len;
 	}
 	const char *colon = memchr(p, ':', len);

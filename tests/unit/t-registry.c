@@ -119,5 +119,22 @@ int main(void)
 	ok(moe_registry_split_name("org/name", nm, sizeof nm, tg, sizeof tg, &e) == 0 && !tg[0], "NAME");
 	ok(moe_registry_split_name("../x", nm, sizeof nm, tg, sizeof tg, &e) < 0, "bad name refused");
 	ok(moe_registry_split_name("a:", nm, sizeof nm, tg, sizeof tg, &e) < 0, "empty tag refused");
+	/* response header lines as curl hands them over: not NUL-terminated.
+	 * A status line whose code is missing must not be read on past its
+	 * end (strtol skipped the CR LF into the bytes after it; found by
+	 * fuzz-registry, tests/fuzz/registry/crash-status-past-line) */
+	{
+		moe_http_resp *r = calloc(1, sizeof *r);
+		const char buf[] = "HTTP/1.1   \r\n207 after the line";
+		moe_http_parse_header(r, buf, 13);
+		is_int(r->status, 0, "status line without a code: status 0, nothing read past the line");
+		const char ok200[] = "HTTP/2 200\r\n";
+		moe_http_parse_header(r, ok200, sizeof ok200 - 1);
+		is_int(r->status, 200, "HTTP/2 200: status 200");
+		const char loc[] = "Location: https://x/y \r\n";
+		moe_http_parse_header(r, loc, sizeof loc - 1);
+		is_str(r->location, "https://x/y", "Location stored, trimmed");
+		free(r);
+	}
 	return tap_done();
 }
