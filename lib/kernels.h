@@ -78,6 +78,13 @@ typedef struct moe_attn_tile {
 
 typedef void (*moe_attn_fn)(const moe_attn_tile *t);
 
+/* y[i * ystride] = x[i] as F16 for i < n: the F16 KV cache's writes
+ * (ystride block_tokens for its transposed K, 1 for V).  Bit for bit
+ * quant.h's moe_f32_to_f16 at every level: round to nearest even,
+ * overflow to infinity, half subnormals, NaN quiet with its top payload
+ * bits. */
+typedef void (*moe_f16_store_fn)(const float *x, uint16_t *y, int64_t n, int64_t ystride);
+
 /* Bytes of work buffer moe_attn_tile needs for up to max_rows rows. */
 size_t moe_attn_work_bytes(int head_dim, int head_dim_v, int block_tokens, int max_rows);
 
@@ -94,6 +101,7 @@ typedef struct moe_kernels {
 	 * loops over vec_dot instead (same results up to rounding). */
 	moe_gemm_fn gemm[MOE_KTYPE_MAX];
 	moe_attn_fn attn;                                /* never NULL */
+	moe_f16_store_fn f16_store;                      /* never NULL */
 } moe_kernels;
 
 /* Kernels for the ISA chosen at run time. Never NULL. */

@@ -320,15 +320,18 @@ static void cache_store(moe_engine *eng, int il, int t, const float *k, const fl
 {
 	const moe_step_token *st = &eng->st[t];
 	int bt = eng->kv.block_tokens, block = st->seq->blocks[st->pos / bt], slot = st->pos % bt;
-	const moe_type_traits *kt = moe_type_get(eng->kv_type);
-	uint8_t *kb = moe_kv_k(eng, block, il);
-	kt->from_float(v, moe_kv_v(eng, block, il) + (size_t)slot * eng->kv_row_bytes, kvd);
-	if (!eng->k_trans) {
-		kt->from_float(k, kb + (size_t)slot * eng->kv_row_bytes, kvd);
+	uint8_t *kb = moe_kv_k(eng, block, il), *vb = moe_kv_v(eng, block, il);
+	if (eng->kv_type == MOE_F16) { /* the level's vector conversion */
+		eng->k->f16_store(v, (uint16_t *)(vb + (size_t)slot * eng->kv_row_bytes), kvd, 1);
+		if (eng->k_trans)
+			eng->k->f16_store(k, (uint16_t *)kb + slot, kvd, bt);
+		else
+			eng->k->f16_store(k, (uint16_t *)(kb + (size_t)slot * eng->kv_row_bytes), kvd, 1);
 		return;
 	}
-	for (int64_t d = 0; d < kvd; d++)
-		((uint16_t *)kb)[d * bt + slot] = moe_f32_to_f16(k[d]);
+	const moe_type_traits *kt = moe_type_get(eng->kv_type);
+	kt->from_float(v, vb + (size_t)slot * eng->kv_row_bytes, kvd);
+	kt->from_float(k, kb + (size_t)slot * eng->kv_row_bytes, kvd);
 }
 
 /* Split the step's tokens into attention tiles: runs of up to

@@ -17,6 +17,12 @@ static void f16_row(const uint16_t *src, float *dst, int n)
 
 #include "kernels/attn_tile.h"
 
+void moe_f16_store_generic(const float *x, uint16_t *y, int64_t n, int64_t ystride)
+{
+	for (int64_t i = 0; i < n; i++)
+		y[i * ystride] = moe_f32_to_f16(x[i]);
+}
+
 size_t moe_attn_work_bytes(int head_dim, int head_dim_v, int block_tokens, int max_rows)
 {
 	size_t ktw = ROUND((size_t)block_tokens), vw = ROUND((size_t)head_dim_v);

@@ -52,6 +52,18 @@ static void (*const fill_repack[MOE_ISA_COUNT])(moe_kernels *) = {
 	/* avx512bf16: none of its own; its copy of avx512's table has them */
 };
 
+/* The F16 cache write of each level (attn_*.c, beside the attention that
+ * reads the cache); a level without its own keeps its parent's. */
+static const moe_f16_store_fn f16_store[MOE_ISA_COUNT] = {
+	[MOE_ISA_GENERIC] = moe_f16_store_generic,
+#if MOE_KERNELS_AVX2
+	[MOE_ISA_AVX2] = moe_f16_store_avx2,
+#endif
+#if MOE_KERNELS_AVX512
+	[MOE_ISA_AVX512] = moe_f16_store_avx512,
+#endif
+};
+
 static void build_tables(void)
 {
 	unsigned f = moe_cpu_features();
@@ -69,6 +81,8 @@ static void build_tables(void)
 		fill[isa](&tables[isa]);
 		if (fill_repack[isa])
 			fill_repack[isa](&tables[isa]);
+		if (f16_store[isa])
+			tables[isa].f16_store = f16_store[isa];
 		tables[isa].isa = (moe_isa)isa;
 		table_ok[isa] = true;
 	}

@@ -25,6 +25,10 @@ void moe_repack_fill_avx512(moe_kernels *k);
 void moe_attn_generic(const moe_attn_tile *t);
 void moe_attn_avx2(const moe_attn_tile *t);
 void moe_attn_avx512(const moe_attn_tile *t);
+/* The F16 cache write per level (attn_*.c; kernels.c puts it in the table) */
+void moe_f16_store_generic(const float *x, uint16_t *y, int64_t n, int64_t ystride);
+void moe_f16_store_avx2(const float *x, uint16_t *y, int64_t n, int64_t ystride);
+void moe_f16_store_avx512(const float *x, uint16_t *y, int64_t n, int64_t ystride);
 
 /* A 64-byte aligned buffer of at least `size` bytes owned by the calling
  * thread (freed when it ends; the next call may move it), or NULL when it

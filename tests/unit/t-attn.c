@@ -19,6 +19,14 @@
  *    anything) and no output is NaN; with a window, the block list before
  *    the window's first block lies in an inaccessible page, so a kernel
  *    that read it would crash.
+ * 5. The F16 cache write (f16_store) of every level bit for bit equal to
+ *    quant.h's scalar moe_f32_to_f16 on the floats around every half: each
+ *    half's own value, its float neighbours, the midpoints to the next half
+ *    and their neighbours (where rounding to even decides), across the
+ *    subnormal and overflow edges; every NaN payload bit and the
+ *    signalling NaNs; and 2^20 random bit patterns.  Dense and strided,
+ *    lengths that leave every vector tail, and nothing written between
+ *    the strided outputs.
  */
 #include <math.h>
 #include <stdint.h>
@@ -260,6 +268,91 @@ static void check_case(int kv_type, int hd, int hkv, int group, int bt, int n_po
 	cache_free(&c);
 }
 
+static uint32_t f32_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* The test floats of section 5 into x (returns how many; x has room). */
+static size_t f16_store_inputs(float *x)
+{
+	size_t n = 0;
+	for (uint32_t h = 0; h < 0x7C00; h++) { /* every finite half >= 0 */
+		uint32_t a = f32_bits(moe_f16_to_f32((uint16_t)h));
+		/* the midpoint to the next half (65520 after the largest) */
+		uint32_t m = f32_bits(h == 0x7BFF ? 65520.0f
+						  : (bits_f32(a) + moe_f16_to_f32((uint16_t)(h + 1))) / 2);
+		for (int d = -2; d <= 2; d++) {
+			if (a + d < 0x7F800000u && (d >= 0 || a >= 2))
+				x[n++] = bits_f32(a + d);
+			x[n++] = bits_f32(m + d);
+		}
+	}
+	/* below the smallest half subnormal's midpoint 2^-25, float
+	 * subnormals, the largest float, infinity, NaNs of every payload bit */
+	const uint32_t edge[] = {0x33000000, 0x32FFFFFF, 0x33000001, 0x00000001, 0x007FFFFF,
+				 0x00800000, 0x7F7FFFFF, 0x7F800000, 0x7FC00000, 0x7F800001,
+				 0x7FBFFFFF, 0x7FFFFFFF, 0x7FA00000, 0x7F802000, 0x7F801FFF};
+	for (size_t i = 0; i < sizeof edge / sizeof *edge; i++)
+		x[n++] = bits_f32(edge[i]);
+	for (int b = 0; b < 23; b++)
+		x[n++] = bits_f32(0x7F800000u | 1u << b);
+	for (int i = 0; i < 1 << 20; i++)
+		x[n++] = bits_f32(rnd32() << 1 ^ rnd32());
+	size_t pos = n; /* the same with the sign bit set */
+	for (size_t i = 0; i < pos; i++)
+		x[n++] = bits_f32(f32_bits(x[i]) | 0x80000000u);
+	return n;
+}
+
+static void check_f16_store(void)
+{
+	float *x = malloc(((size_t)0x7C00 * 10 + 64 + (1 << 20)) * 2 * sizeof *x);
+	size_t n = f16_store_inputs(x);
+	uint16_t *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+	for (size_t i = 0; i < n; i++)
+		want[i] = moe_f32_to_f16(x[i]);
+	enum { STRIDE = 3, LEN = 37 };
+	uint16_t sy[LEN * STRIDE];
+	for (int isa = MOE_ISA_GENERIC; isa <= MOE_ISA_AVX512; isa++) {
+		const moe_kernels *k = moe_kernels_for((moe_isa)isa);
+		if (!k)
+			continue;
+		const char *in = moe_isa_name((moe_isa)isa);
+		memset(got, 0xAA, n * sizeof *got);
+		k->f16_store(x, got, (int64_t)n, 1);
+		size_t bad = 0, first = 0;
+		for (size_t i = 0; i < n; i++)
+			if (got[i] != want[i] && !bad++)
+				first = i;
+		ok(!bad, "%s f16_store: %zu floats as moe_f32_to_f16 (%zu differ)", in, n, bad);
+		if (bad)
+			printf("# first: %08x gave %04x, not %04x\n", f32_bits(x[first]), got[first],
+			       want[first]);
+		/* strided, every length to LEN (every tail), from varying offsets */
+		bad = 0;
+		for (int len = 0; len <= LEN; len++) {
+			size_t at = (size_t)len * 977 % (n - LEN);
+			memset(sy, 0x55, sizeof sy);
+			k->f16_store(x + at, sy, len, STRIDE);
+			for (int i = 0; i < LEN * STRIDE; i++)
+				bad += sy[i] != (i % STRIDE || i / STRIDE >= len ? 0x5555 : want[at + i / STRIDE]);
+		}
+		ok(!bad, "%s f16_store: strided, lengths 0-%d, nothing else written (%zu wrong)", in, LEN,
+		   bad);
+	}
+	free(x), free(want), free(got);
+}
+
 int main(void)
 {
 	printf("# levels:");
@@ -279,5 +372,6 @@ int main(void)
 	}
 	check_case(MOE_F16, 80, 2, 2, 64, 130, 9, 0, 0); /* F16 head not a multiple of 16 */
 	check_case(MOE_F16, 36, 1, 3, 16, 40, 7, 0, 0); /* nor of 8: the output's scalar tail */
+	check_f16_store();
 	return tap_done();
 }
