@@ -20,6 +20,11 @@ static void f16_row(const uint16_t *src, float *dst, int n)
 		dst[i] = _cvtsh_ss(src[i]);
 }
 
+/* ATTN_VW keys of one dimension straight from the F16 cache: attn_tile.h
+ * converts keys in the score loop for tiles of one group of rows. */
+#define ATTN_F16_KEYS 1
+#define f16_vload(p) ((vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))))
+
 #include "kernels/attn_tile.h"
 
 /* vcvtps2ph rounds to nearest even, gives infinity past 65520, half

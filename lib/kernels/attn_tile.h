@@ -2,12 +2,15 @@
  * written once with GCC/clang vector extensions and compiled once per ISA:
  * attn_generic.c, attn_avx2.c and attn_avx512.c define the vector width
  * ATTN_VW, the fused multiply-add VFMA (unfused in generic), VSPLAT, the F16
- * row decoder f16_row() and ATTN_NAME, then include this file.
+ * row decoder f16_row(), optionally ATTN_F16_KEYS with f16_vload() (ATTN_VW
+ * halves to a vector) and ATTN_NAME, then include this file.
  *
  * What one call does (kernels.h, moe_attn_tile): for the query rows of one
  * KV head (tokens x the heads sharing it), walk the sequence's KV blocks in
  * position order; per block, decode the keys once into a float tile
- * transposed [head_dim][keys] and the values into float rows [keys][dims],
+ * transposed [head_dim][keys] (a tile of one group of rows on a level with
+ * F16 loads, ATTN_F16_KEYS, reads an F16 cache's keys in place instead)
+ * and the values into float rows [keys][dims],
  * then for each row: scores of its keys (lanes along the keys, one chain of
  * multiply-adds over the dimensions per key), online softmax (running max m
  * and sum l: a new block rescales both by exp(m_old - m_new)) and the
@@ -111,7 +114,7 @@ static inline vi key_index(int j)
 }
 
 /* Keys [ja, jb) of the block of positions from blk * block_tokens into the float
- * tiles: kt[d * ktw + j], vr[j * vw + d]. */
+ * tiles: kt[d * ktw + j] (F16: unless kt is NULL), vr[j * vw + d]. */
 static void decode_block(const moe_attn_tile *t, int blk, int ja, int jb, float *kt, int ktw,
 			 float *vr, int vw)
 {
@@ -119,7 +122,7 @@ static void decode_block(const moe_attn_tile *t, int blk, int ja, int jb, float 
 	const uint8_t *k = t->k[blk], *v = t->v[blk];
 	if (t->kv_type == MOE_F16) {
 		/* K is stored transposed: dimension d's keys are contiguous */
-		for (int d = 0; d < hd; d++)
+		for (int d = 0; kt && d < hd; d++)
 			f16_row((const uint16_t *)k + (size_t)d * bt + ja, kt + (size_t)d * ktw + ja,
 				jb - ja);
 		for (int j = ja; j < jb; j++)
@@ -145,16 +148,56 @@ static void decode_block(const moe_attn_tile *t, int blk, int ja, int jb, float 
 	}
 }
 
+/* Ask for block blk's keys and values [0, jb) of an F16 cache while the
+ * block before it is computed: a decode step walks every sequence's whole
+ * cache, far more than fits in L2, and without this each block's loads
+ * wait on memory one line after another (the conversions took most of
+ * the attention's time).  Prefetches change no result. */
+static void prefetch_block(const moe_attn_tile *t, int blk, int jb)
+{
+	const char *k = (const char *)t->k[blk], *v = (const char *)t->v[blk];
+	size_t bt2 = (size_t)t->block_tokens * 2;
+	for (int d = 0; d < t->head_dim; d++) /* K transposed: jb keys a dimension */
+		for (size_t o = 0; o < (size_t)jb * 2; o += 64)
+			__builtin_prefetch(k + d * bt2 + o);
+	for (int j = 0; j < jb; j++)
+		for (size_t o = 0; o < (size_t)t->head_dim_v * 2; o += 64)
+			__builtin_prefetch(v + j * t->row_bytes + o);
+}
+
+/* Where the scores read key chunk c of dimension d: the float tile (kt,
+ * row stride ktw), or, where the level defines ATTN_F16_KEYS and f16_vload, the F16 block
+ * itself (kh, row stride block_tokens), converted as it is loaded.  A tile
+ * of at most four rows reads each key once (scores4), so converting in
+ * the loop saves the tile's store and reload; the floats are the same
+ * (F16 -> F32 is exact).  Callers pass a constant choice, so each inlined
+ * copy keeps one branch. */
+typedef struct {
+	const float *kt;
+	const uint16_t *kh;
+	size_t w;
+} keys;
+
+static inline __attribute__((always_inline)) vf kload(keys k, int d, int c)
+{
+#ifdef ATTN_F16_KEYS
+	if (k.kh)
+		return f16_vload(k.kh + (size_t)d * k.w + c);
+#endif
+	return vload(k.kt + (size_t)d * k.w + c);
+}
+
 /* s_r[j] = q_r . k_j for four rows and the key chunks covering [ja, jb):
- * one chain over the dimensions per lane, two chunks at a time. */
-static void scores4(const float *const q[4], int hd, const float *kt, int ktw, int ja, int jb,
-		    float *s)
+ * one chain over the dimensions per lane, two chunks at a time; s rows
+ * ktw apart. */
+static inline __attribute__((always_inline)) void scores4(const float *const q[4], int hd, keys kt,
+							  int ktw, int ja, int jb, float *s)
 {
 	int c = ja / ATTN_VW * ATTN_VW;
 	for (; c + ATTN_VW < jb; c += 2 * ATTN_VW) {
 		vf a0 = VSPLAT(0), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
 		for (int d = 0; d < hd; d++) {
-			vf k0 = vload(kt + (size_t)d * ktw + c), k1 = vload(kt + (size_t)d * ktw + c + ATTN_VW);
+			vf k0 = kload(kt, d, c), k1 = kload(kt, d, c + ATTN_VW);
 			vf q0 = VSPLAT(q[0][d]), q1 = VSPLAT(q[1][d]), q2 = VSPLAT(q[2][d]),
 			   q3 = VSPLAT(q[3][d]);
 			a0 = VFMA(q0, k0, a0), b0 = VFMA(q0, k1, b0);
@@ -170,7 +213,7 @@ static void scores4(const float *const q[4], int hd, const float *kt, int ktw, i
 	if (c < jb) {
 		vf a0 = VSPLAT(0), a1 = a0, a2 = a0, a3 = a0;
 		for (int d = 0; d < hd; d++) {
-			vf k0 = vload(kt + (size_t)d * ktw + c);
+			vf k0 = kload(kt, d, c);
 			a0 = VFMA(VSPLAT(q[0][d]), k0, a0);
 			a1 = VFMA(VSPLAT(q[1][d]), k0, a1);
 			a2 = VFMA(VSPLAT(q[2][d]), k0, a2);
@@ -185,22 +228,23 @@ static void scores4(const float *const q[4], int hd, const float *kt, int ktw, i
 
 /* The same for one row (the rows left over from fours): each lane the same
  * chain as in scores4, so a row's scores do not depend on which is used. */
-static void scores1(const float *q, int hd, const float *kt, int ktw, int ja, int jb, float *s)
+static inline __attribute__((always_inline)) void scores1(const float *q, int hd, keys kt, int ja,
+							  int jb, float *s)
 {
 	int c = ja / ATTN_VW * ATTN_VW;
 	for (; c + ATTN_VW < jb; c += 2 * ATTN_VW) {
 		vf a0 = VSPLAT(0), b0 = a0;
 		for (int d = 0; d < hd; d++) {
 			vf q0 = VSPLAT(q[d]);
-			a0 = VFMA(q0, vload(kt + (size_t)d * ktw + c), a0);
-			b0 = VFMA(q0, vload(kt + (size_t)d * ktw + c + ATTN_VW), b0);
+			a0 = VFMA(q0, kload(kt, d, c), a0);
+			b0 = VFMA(q0, kload(kt, d, c + ATTN_VW), b0);
 		}
 		vstore(s + c, a0), vstore(s + c + ATTN_VW, b0);
 	}
 	if (c < jb) {
 		vf a0 = VSPLAT(0);
 		for (int d = 0; d < hd; d++)
-			a0 = VFMA(VSPLAT(q[d]), vload(kt + (size_t)d * ktw + c), a0);
+			a0 = VFMA(VSPLAT(q[d]), kload(kt, d, c), a0);
 		vstore(s + c, a0);
 	}
 }
@@ -303,7 +347,17 @@ void ATTN_NAME(const moe_attn_tile *t)
 	/* blocks before the earliest range start (a sliding window) are never read */
 	for (int p0 = lo / bt * bt; p0 < hi; p0 += bt) {
 		int ja = (lo > p0 ? lo : p0) - p0, jb = (hi < p0 + bt ? hi : p0 + bt) - p0;
-		decode_block(t, p0 / bt, ja, jb, kt, ktw, vr, vw);
+		const uint16_t *kh = NULL;
+#ifdef ATTN_F16_KEYS
+		/* one group of rows reads each key once: convert in the loop;
+		 * whole chunks stay inside a dimension's block_tokens keys */
+		if (t->kv_type == MOE_F16 && R <= 4 && bt % ATTN_VW == 0)
+			kh = (const uint16_t *)t->k[p0 / bt];
+#endif
+		if (t->kv_type == MOE_F16 && p0 + bt < hi)
+			prefetch_block(t, p0 / bt + 1, (hi < p0 + 2 * bt ? hi : p0 + 2 * bt) - p0 - bt);
+		decode_block(t, p0 / bt, ja, jb, kh ? NULL : kt, ktw, vr, vw);
+		keys kf = {.kt = kt, .w = (size_t)ktw}, k16 = {.kh = kh, .w = (size_t)bt};
 		/* rows in fours, then one by one */
 		for (int r0 = 0; r0 < R; r0 += 4) {
 			int nr = R - r0 < 4 ? R - r0 : 4;
@@ -325,11 +379,16 @@ void ATTN_NAME(const moe_attn_tile *t)
 			}
 			if (ga >= gb)
 				continue;
-			if (nr == 4)
-				scores4(q, hd, kt, ktw, ga, gb, s);
+			if (nr == 4 && kh)
+				scores4(q, hd, k16, ktw, ga, gb, s);
+			else if (nr == 4)
+				scores4(q, hd, kf, ktw, ga, gb, s);
+			else if (kh)
+				for (int i = 0; i < nr; i++)
+					scores1(q[i], hd, k16, ga, gb, s + (size_t)i * ktw);
 			else
 				for (int i = 0; i < nr; i++)
-					scores1(q[i], hd, kt, ktw, ga, gb, s + (size_t)i * ktw);
+					scores1(q[i], hd, kf, ga, gb, s + (size_t)i * ktw);
 			for (int i = 0; i < nr; i++) {
 				int r = r0 + i, tok = r / t->n_head;
 				int a = (t->lo[tok] > p0 ? t->lo[tok] : p0) - p0;
