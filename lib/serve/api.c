@@ -709,11 +709,41 @@ static enum MHD_Result generate(http_req *r, kind k)
 
 /* ------------------------------------------------------ model listings */
 
-static json_t *details(slot *sl)
+/* A served model's Ollama details; `en`, the registry's entry for its
+ * file when it has one, gives the parameter count and weight types. */
+static json_t *details(slot *sl, const moe_registry_entry *en)
 {
-	const char *arch = sl->model ? sl->model->hp.arch : "";
+	const char *arch = sl->model ? sl->model->hp.arch : en ? en->architecture : "";
+	char psize[32] = "";
+	if (en)
+		snprintf(psize, sizeof psize, "%llu", (unsigned long long)en->parameters);
 	return json_pack("{s:s,s:s,s:s,s:[s],s:s,s:s}", "parent_model", "", "format", "uth", "family",
-			 arch, "families", arch, "parameter_size", "", "quantization_level", "");
+			 arch, "families", arch, "parameter_size", psize, "quantization_level",
+			 en ? en->weight_types : "");
+}
+
+/* The registry's entries (NULL, 0 without a registry). */
+static moe_registry_entry *registry_entries(size_t *n)
+{
+	moe_error e = {0};
+	moe_registry *reg;
+	moe_registry_entry *en = NULL;
+	*n = 0;
+	if (moe_registry_open(&reg, true, &e) < 0)
+		return NULL;
+	if (moe_registry_list(reg, &en, n, &e) < 0)
+		*n = 0;
+	moe_registry_close(reg);
+	return en;
+}
+
+/* The entry whose file the slot serves, or NULL. */
+static const moe_registry_entry *entry_of(const slot *sl, const moe_registry_entry *en, size_t n)
+{
+	for (size_t i = 0; i < n && sl->path; i++)
+		if (strcmp(en[i].path, sl->path) == 0)
+			return &en[i];
+	return NULL;
 }
 
 static void iso_time(time_t t, char *buf, size_t n)
@@ -736,18 +766,8 @@ static bool listed(json_t *arr, const char *key, const char *name)
 
 /* The registry's models (moe-pull's names, NAME:TAG), after the served
  * ones; a store without a registry lists nothing more. */
-static void list_registry(moe_serve *s, json_t *arr, bool ollama)
+static void list_registry(json_t *arr, bool ollama, const moe_registry_entry *en, size_t n)
 {
-	moe_error e = {0};
-	moe_registry *reg;
-	moe_registry_entry *en = NULL;
-	size_t n = 0;
-	if (moe_registry_open(&reg, true, &e) < 0)
-		return;
-	int rc = moe_registry_list(reg, &en, &n, &e);
-	moe_registry_close(reg);
-	if (rc < 0)
-		return;
 	for (size_t i = 0; i < n; i++) {
 		char full[400], t[40];
 		snprintf(full, sizeof full, "%s:%s", en[i].name, en[i].tag);
@@ -771,14 +791,14 @@ static void list_registry(moe_serve *s, json_t *arr, bool ollama)
 				       "parameter_size", psize,
 				       "quantization_level", en[i].weight_types));
 	}
-	free(en);
-	(void)s;
 }
 
 static enum MHD_Result list_models(http_req *r, bool ollama, bool only_loaded)
 {
 	moe_serve *s = r->srv;
 	json_t *arr = json_array();
+	size_t n_reg = 0;
+	moe_registry_entry *reg = ollama || !only_loaded ? registry_entries(&n_reg) : NULL;
 	pthread_mutex_lock(&s->mu);
 	for (int i = 0; i < s->n_slots; i++) {
 		slot *sl = s->slots[i];
@@ -791,11 +811,17 @@ static enum MHD_Result list_models(http_req *r, bool ollama, bool only_loaded)
 							     "model", "created", (json_int_t)s->started, "owned_by", "moe"));
 			continue;
 		}
-		/* size: the weight bytes it holds (its share of --mem-budget) */
+		/* size: the weight bytes it holds (its share of --mem-budget);
+		 * digest: the file's, when moe-pull registered it (as Ollama's
+		 * digest names the pulled model) */
+		const moe_registry_entry *en = entry_of(sl, reg, n_reg);
+		char digest[80] = "";
+		if (en)
+			snprintf(digest, sizeof digest, "sha256:%s", en->sha256);
 		json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:s,s:o}", "name", sl->name, "model", sl->name,
 				      "modified_at", t, "size",
-				      (json_int_t)(sl->state == SLOT_READY ? sl->charge : 0), "digest", "",
-				      "details", details(sl));
+				      (json_int_t)(sl->state == SLOT_READY ? sl->charge : 0), "digest", digest,
+				      "details", details(sl, en));
 		if (only_loaded) {
 			char ex[40];
 			time_t until = sl->keep_alive < 0 ? (time_t)253402300799LL
@@ -808,7 +834,8 @@ static enum MHD_Result list_models(http_req *r, bool ollama, bool only_loaded)
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (!only_loaded)
-		list_registry(s, arr, ollama);
+		list_registry(arr, ollama, reg, n_reg);
+	free(reg);
 	if (!ollama)
 		return http_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", arr));
 	return http_json(r, 200, json_pack("{s:o}", "models", arr));
@@ -851,9 +878,12 @@ static enum MHD_Result show(http_req *r)
 	INFO("expert_used_count", hp->n_expert_used);
 #undef INFO
 	const char *tmpl = moe_tokenizer_chat_template(sl->model->tok);
+	size_t n_reg;
+	moe_registry_entry *reg = registry_entries(&n_reg);
 	json_t *o = json_pack("{s:s,s:s,s:o,s:o,s:[s]}", "template", tmpl ? tmpl : "", "modified_at",
-			      "1970-01-01T00:00:00Z", "details", details(sl), "model_info", info,
-			      "capabilities", "completion");
+			      "1970-01-01T00:00:00Z", "details", details(sl, entry_of(sl, reg, n_reg)),
+			      "model_info", info, "capabilities", "completion");
+	free(reg);
 	slot_release(sl);
 	return http_json(r, 200, o);
 }

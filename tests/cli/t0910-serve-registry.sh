@@ -86,6 +86,17 @@ is "$(status "$T/b"):$(jget "$T/b" 'd["choices"][0]["text"]')" "200:$ref" "a req
 req GET /v1/models > "$T/m"
 jget "$T/m" '" ".join(x["id"] for x in d["data"])' | grep -q "acme/demo:latest"
 ok $? "/v1/models lists the registered name"
+# /api/ps: a model moe-pull registered has its file's digest (sha256sum's)
+# and the registry's parameter count and weight types, as /api/tags gives
+req GET /api/ps > "$T/ps"
+is "$(jget "$T/ps" 'd["models"][0]["digest"]')" "sha256:$(sha256sum "$DEMO" | cut -d' ' -f1)" \
+	"/api/ps: the registered model's digest is its file's sha256"
+"$PULL" show --json acme/demo > "$T/show"
+is "$(jget "$T/ps" 'd["models"][0]["details"]["parameter_size"]')" \
+	"$("$PYTHON3" -c 'import json,sys; print(json.load(open(sys.argv[1]))["parameters"])' "$T/show")" \
+	"/api/ps: parameter_size is the registry's parameter count"
+jget "$T/ps" 'd["models"][0]["details"]["quantization_level"]' | grep -q "f32"
+ok $? "/api/ps: quantization_level lists the weight types"
 stop_serve
 # $MOE_MODEL stands for -m: a registry name there too
 export MOE_MODEL=acme/demo
