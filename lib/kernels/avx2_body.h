@@ -1072,11 +1072,17 @@ INLINE void b32x_unpack(const int kind, uint8_t *wa, uint8_t *ws, float *wd, con
 		__m256i v[8];
 		/* The rows come from memory once (an expert's product): the
 		 * load stalled here took 7% of the Q8_0 tile's time in
-		 * mixtral-s-q8_0 pp512 without a prefetch (prefetch_ahead2,
-		 * one line of each row per 64 bytes of blocks). */
+		 * mixtral-s-q8_0 pp512 without a prefetch, and still 5.6% with
+		 * one 16 KiB ahead into L2.  So, one line of each row per 64
+		 * bytes of blocks: the next tile's rows into L2 (a whole tile's
+		 * products ahead; past the last row a prefetch is harmless), and
+		 * this tile's rows 256 bytes ahead into L1, as the tile's
+		 * activations have pushed them out of L1 since. */
 		if ((i * bs) % 64 < bs)
-			for (int r = 0; r < rows; r++)
-				_mm_prefetch((const char *)w + r * ldw + i * bs + MOE_PF_DIST2, _MM_HINT_T1);
+			for (int r = 0; r < rows; r++) {
+				_mm_prefetch((const char *)w + (r + 8) * ldw + i * bs, _MM_HINT_T1);
+				_mm_prefetch((const char *)w + r * ldw + i * bs + 256, _MM_HINT_T0);
+			}
 		for (int r = 0; r < 8; r++)
 			v[r] = r < rows ? b32x_values(kind, w + r * ldw + i * bs) : _mm256_setzero_si256();
 		transpose8(v);
