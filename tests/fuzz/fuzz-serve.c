@@ -127,7 +127,7 @@ static void setup(void)
 	p.kv_size = 48;
 	p.api_key = KEY;
 	p.max_body = 1 << 16;
-	p.idle_timeout = 10;
+	p.idle_timeout = 3; /* a request whose body never comes ends soon */
 	p.keep_alive = -1;
 	p.version = "fuzz";
 	moe_error e = {0};
