@@ -77,12 +77,6 @@ INLINE __m512i zero_i(void)
 	return _mm512_setzero_si512();
 }
 
-/* acc + dp * (a * b), dp converted to float. */
-INLINE __m512 fma_scaled(__m512 acc, __m512i dp, __m512 a, __m512 b)
-{
-	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mul_ps(a, b), acc);
-}
-
 /* acc + sc * dot4(q, x): q unsigned codes, x signed, the 4-element sums
  * small enough for 16 bits; sc a 16-bit scale in the low half of each lane
  * (high half zero). */
