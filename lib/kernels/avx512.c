@@ -175,30 +175,53 @@ INLINE __m512 load_w16(const int kind, const uint8_t *p, __mmask16 m)
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* One step of 16 columns from column i (`m` masks a tail): acc[r][t] +=
+ * w[r][i..] * x[t][i..], lane by lane. */
+INLINE void float_step(const int kind, const int R, const int T, int64_t i, __mmask16 m,
+		       bool prefetch, const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx,
+		       __m512 acc[4][6])
+{
+	const int esz = kind == 0 ? 4 : 2;
+	__m512 wv[4];
+	MOE_UNROLL for (int r = 0; r < R; r++) {
+		if (prefetch)
+			prefetch_ahead(w + r * ldw + i * esz, 64);
+		wv[r] = load_w16(kind, w + r * ldw + i * esz, m);
+	}
+	MOE_UNROLL for (int t = 0; t < T; t++) {
+		__m512 xv = _mm512_maskz_loadu_ps(m, x + t * ldx + i * 4);
+		MOE_UNROLL for (int r = 0; r < R; r++)
+			acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+	}
+}
+
+/* The steps go in column order, one accumulator per output, so every tile
+ * shape gives the same bits.  Whole steps go two at a time, with no mask
+ * and one prefetch per 64 bytes of each row, the tail last: with the mask
+ * and the prefetch test inside the loop, the one-row F16 decode (bound by
+ * its accumulator's FMA chain) ran 20-25% slower or faster as unrelated
+ * changes moved the loop against 64-byte lines (mixtral-s-f16 tg128). */
 INLINE void float_tile(const int kind, const int R, const int T, int64_t n, const uint8_t *w,
 		       size_t ldw, const uint8_t *x, size_t ldx, float *s, size_t lds)
 {
-	const int esz = kind == 0 ? 4 : 2;
+	const bool f32 = kind == 0;
 	__m512 acc[4][6];
 	int64_t i = 0;
 
 	MOE_UNROLL for (int r = 0; r < R; r++)
 		MOE_UNROLL for (int t = 0; t < T; t++)
 			acc[r][t] = _mm512_setzero_ps();
-	for (; i < n; i += 16) {
-		__mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-		__m512 wv[4];
-		MOE_UNROLL for (int r = 0; r < R; r++) {
-			if (esz == 4 || !(i & 31))
-				prefetch_ahead(w + r * ldw + i * esz, 64);
-			wv[r] = load_w16(kind, w + r * ldw + i * esz, m);
-		}
-		MOE_UNROLL for (int t = 0; t < T; t++) {
-			__m512 xv = _mm512_maskz_loadu_ps(m, x + t * ldx + i * 4);
-			MOE_UNROLL for (int r = 0; r < R; r++)
-				acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
-		}
+	for (; i + 32 <= n; i += 32) {
+		float_step(kind, R, T, i, 0xFFFF, true, w, ldw, x, ldx, acc);
+		float_step(kind, R, T, i + 16, 0xFFFF, f32, w, ldw, x, ldx, acc);
 	}
+	if (i + 16 <= n) {
+		float_step(kind, R, T, i, 0xFFFF, true, w, ldw, x, ldx, acc);
+		i += 16;
+	}
+	if (i < n)
+		float_step(kind, R, T, i, (__mmask16)((1u << (n - i)) - 1), f32 || !(i & 31), w, ldw,
+			   x, ldx, acc);
 	STORE_TILE(R, T, acc, s, lds);
 }
 
