@@ -6,7 +6,7 @@
 . "$top_srcdir/tests/cli/lib.sh"
 for name in gguf hf-config jinja request safetensors tokenizer-json uth \
 	    prompt-cache imatrix registry expert-profile serve archive \
-	    quant-plan endpoint; do
+	    quant-plan endpoint bench-plan; do
 	prog="$top_builddir/tests/fuzz/replay-$name"
 	dir="$top_srcdir/tests/fuzz/$name"
 	set -- "$dir"/*
