@@ -87,7 +87,10 @@ int moe_cache_read_ref(const char *repo_dir, const char *revision, char commit[1
 	if (moe_read_file(path, 4096, &buf, &len, &ig) == 0) {
 		while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' ' || buf[len - 1] == '\r'))
 			buf[--len] = '\0';
-		bool ok = len > 0 && len < 128 && !strchr(buf, '/') && strcmp(buf, "..") && strcmp(buf, ".");
+		/* a NUL inside made the id "" (snapshots/ itself) or a prefix of
+		 * it (found by fuzz-registry, tests/fuzz/registry/crash-ref-nul) */
+		bool ok = len > 0 && len < 128 && strlen(buf) == len && !strchr(buf, '/') &&
+			  strcmp(buf, "..") && strcmp(buf, ".");
 		if (ok)
 			strcpy(commit, buf);
 		free(buf);

@@ -4,6 +4,11 @@
  * tested end to end by tests/cli/t08*-pull*.sh against a local hub.) */
 #include "registry/registry_int.h"
 #include "tap.h"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <stdio.h>
 
 static const char *digest(int kind, const char *s, size_t n, const char *prefix)
 {
@@ -135,6 +140,33 @@ int main(void)
 		moe_http_parse_header(r, loc, sizeof loc - 1);
 		is_str(r->location, "https://x/y", "Location stored, trimmed");
 		free(r);
+	}
+	/* a cache ref holding a NUL is not a commit id: it read as "", the
+	 * snapshots directory itself (found by fuzz-registry,
+	 * tests/fuzz/registry/crash-ref-nul) */
+	{
+		char dir[] = "/tmp/t-registry-XXXXXX", p[128], commit[128];
+		ok(mkdtemp(dir) != NULL, "temporary cache directory");
+		snprintf(p, sizeof p, "%s/refs", dir);
+		mkdir(p, 0700);
+		snprintf(p, sizeof p, "%s/refs/main", dir);
+		FILE *f = fopen(p, "wb");
+		fwrite("\0\0\0.ggu\002%", 1, 9, f);
+		fclose(f);
+		e.msg[0] = 0;
+		ok(moe_cache_read_ref(dir, "main", commit, &e) == MOE_EFORMAT &&
+			   strstr(e.msg, "refs/main: not a commit id"),
+		   "ref with a NUL refused, file named (%s)", e.msg);
+		f = fopen(p, "wb");
+		fputs("0123456789abcdef0123456789abcdef01234567\n", f);
+		fclose(f);
+		ok(moe_cache_read_ref(dir, "main", commit, &e) == 0 &&
+			   !strcmp(commit, "0123456789abcdef0123456789abcdef01234567"),
+		   "a commit id in refs/main read");
+		unlink(p);
+		snprintf(p, sizeof p, "%s/refs", dir);
+		rmdir(p);
+		rmdir(dir);
 	}
 	return tap_done();
 }
