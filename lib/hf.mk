@@ -9,7 +9,7 @@ tests_unit_t_hf_CFLAGS = $(AM_CFLAGS) $(ARCHIVE_CFLAGS)
 tests_unit_t_hf_LDADD = $(MOE_LIBS)
 
 # Seed corpus for the fuzzers (tiny valid and invalid files).
-EXTRA_DIST += tests/fuzz/safetensors tests/fuzz/tokenizer-json
+EXTRA_DIST += tests/fuzz/safetensors tests/fuzz/tokenizer-json tests/fuzz/archive
 
 if ENABLE_FUZZ
 noinst_PROGRAMS += tests/fuzz/fuzz-safetensors
@@ -22,4 +22,9 @@ tests_fuzz_fuzz_tokenizer_json_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(FUZZ_CF
 tests_fuzz_fuzz_tokenizer_json_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_tokenizer_json_LDADD = $(MOE_LIBS)
 noinst_PROGRAMS += tests/fuzz/fuzz-tokenizer-json
+noinst_PROGRAMS += tests/fuzz/fuzz-archive
+tests_fuzz_fuzz_archive_SOURCES = tests/fuzz/fuzz-archive.c
+tests_fuzz_fuzz_archive_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_archive_LDFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_archive_LDADD = $(MOE_LIBS)
 endif

@@ -24,11 +24,19 @@ EXTRA_DIST += tests/cli/t0432-engine-repack.sh
 
 # Fuzz target (configure --enable-fuzz, CC=clang): the importance matrix
 # reader (ours and llama.cpp's imatrix.dat); seeds in tests/fuzz/imatrix.
-EXTRA_DIST += tests/fuzz/imatrix
+EXTRA_DIST += tests/fuzz/imatrix tests/fuzz/quant-plan
 if ENABLE_FUZZ
 noinst_PROGRAMS += tests/fuzz/fuzz-imatrix
 tests_fuzz_fuzz_imatrix_SOURCES = tests/fuzz/fuzz-imatrix.c
 tests_fuzz_fuzz_imatrix_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_imatrix_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_imatrix_LDADD = $(MOE_LIBS)
+# moe-quant --expert-profile's routing profile, planned for the demo model
+noinst_PROGRAMS += tests/fuzz/fuzz-quant-plan
+tests_fuzz_fuzz_quant_plan_SOURCES = tests/fuzz/fuzz-quant-plan.c
+tests_fuzz_fuzz_quant_plan_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DMOE_FUZZ_DEFAULT_MODEL='"$(abs_top_srcdir)/share/moe-demo.uth"'
+tests_fuzz_fuzz_quant_plan_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_quant_plan_LDFLAGS = $(FUZZ_CFLAGS)
+tests_fuzz_fuzz_quant_plan_LDADD = $(MOE_LIBS)
 endif

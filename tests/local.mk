@@ -11,7 +11,9 @@ FUZZ_REPLAY_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS)
 check_PROGRAMS += tests/fuzz/replay-gguf tests/fuzz/replay-hf-config tests/fuzz/replay-jinja \
 	tests/fuzz/replay-request tests/fuzz/replay-safetensors tests/fuzz/replay-tokenizer-json \
 	tests/fuzz/replay-uth tests/fuzz/replay-prompt-cache tests/fuzz/replay-imatrix \
-	tests/fuzz/replay-registry tests/fuzz/replay-expert-profile tests/fuzz/replay-serve
+	tests/fuzz/replay-registry tests/fuzz/replay-expert-profile tests/fuzz/replay-serve \
+	tests/fuzz/replay-archive tests/fuzz/replay-quant-plan tests/fuzz/replay-endpoint \
+	tests/fuzz/replay-bench-plan
 tests_fuzz_replay_gguf_SOURCES = tests/fuzz/replay.c tests/fuzz/fuzz-gguf.c
 tests_fuzz_replay_hf_config_SOURCES = tests/fuzz/replay.c tests/fuzz/fuzz-hf-config.c
 tests_fuzz_replay_jinja_SOURCES = tests/fuzz/replay.c tests/fuzz/fuzz-jinja.c
@@ -24,6 +26,10 @@ tests_fuzz_replay_imatrix_SOURCES = tests/fuzz/replay.c tests/fuzz/fuzz-imatrix.
 tests_fuzz_replay_registry_SOURCES = tests/fuzz/replay.c tests/fuzz/fuzz-registry.c
 tests_fuzz_replay_expert_profile_SOURCES = tests/fuzz/replay.c tests/fuzz/fuzz-expert-profile.c
 tests_fuzz_replay_serve_SOURCES = tests/fuzz/replay.c tests/fuzz/fuzz-serve.c
+tests_fuzz_replay_archive_SOURCES = tests/fuzz/replay.c tests/fuzz/fuzz-archive.c
+tests_fuzz_replay_quant_plan_SOURCES = tests/fuzz/replay.c tests/fuzz/fuzz-quant-plan.c
+tests_fuzz_replay_endpoint_SOURCES = tests/fuzz/replay.c tests/fuzz/fuzz-endpoint.c
+tests_fuzz_replay_bench_plan_SOURCES = tests/fuzz/replay.c tests/fuzz/fuzz-bench-plan.c
 tests_fuzz_replay_gguf_CFLAGS = $(FUZZ_REPLAY_CFLAGS)
 tests_fuzz_replay_gguf_LDADD = $(MOE_LIBS)
 tests_fuzz_replay_hf_config_CFLAGS = $(FUZZ_REPLAY_CFLAGS)
@@ -48,6 +54,16 @@ tests_fuzz_replay_expert_profile_CFLAGS = $(FUZZ_REPLAY_CFLAGS)
 tests_fuzz_replay_expert_profile_LDADD = $(MOE_LIBS)
 tests_fuzz_replay_serve_CFLAGS = $(FUZZ_REPLAY_CFLAGS)
 tests_fuzz_replay_serve_LDADD = $(MOE_LIBS)
+tests_fuzz_replay_archive_CFLAGS = $(FUZZ_REPLAY_CFLAGS)
+tests_fuzz_replay_archive_LDADD = $(MOE_LIBS)
+tests_fuzz_replay_quant_plan_CFLAGS = $(FUZZ_REPLAY_CFLAGS)
+tests_fuzz_replay_quant_plan_LDADD = $(MOE_LIBS)
+tests_fuzz_replay_endpoint_CFLAGS = $(FUZZ_REPLAY_CFLAGS)
+tests_fuzz_replay_endpoint_LDADD = $(MOE_LIBS)
+tests_fuzz_replay_bench_plan_CFLAGS = $(FUZZ_REPLAY_CFLAGS)
+tests_fuzz_replay_bench_plan_LDADD = $(MOE_LIBS)
+tests_fuzz_replay_bench_plan_CPPFLAGS = $(FUZZ_MODEL_CPPFLAGS)
+tests_fuzz_replay_quant_plan_CPPFLAGS = $(FUZZ_MODEL_CPPFLAGS)
 tests_fuzz_replay_request_CPPFLAGS = $(FUZZ_MODEL_CPPFLAGS)
 tests_fuzz_replay_prompt_cache_CPPFLAGS = $(FUZZ_MODEL_CPPFLAGS)
 tests_fuzz_replay_expert_profile_CPPFLAGS = $(FUZZ_MODEL_CPPFLAGS)

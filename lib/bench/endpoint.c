@@ -10,6 +10,7 @@
  * tokens per event are measured right) is the inter-token latency, and the
  * tokens of all requests over the wall time is the aggregate rate. */
 #include "bench.h"
+#include "bench/endpoint_int.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -17,14 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct one {
-	double t0, t_first, t_last;
-	long n_tokens, n_prompt;
-	bool error;
-	char err[256];
-	char *line;      /* SSE bytes not yet split into events */
-	size_t len, cap;
-} one;
+typedef moe_endpoint_run one;
 
 typedef struct client {
 	const moe_endpoint_params *p;
@@ -72,7 +66,7 @@ static void event(one *o, const char *data, size_t n)
 	json_decref(j);
 }
 
-static size_t on_data(char *ptr, size_t size, size_t nmemb, void *user)
+size_t moe_endpoint_on_data(char *ptr, size_t size, size_t nmemb, void *user)
 {
 	one *o = user;
 	size_t n = size * nmemb;
@@ -141,7 +135,7 @@ static void *client_main(void *arg)
 		}
 		curl_easy_setopt(h, CURLOPT_COPYPOSTFIELDS, bs);
 		free(bs);
-		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, moe_endpoint_on_data);
 		curl_easy_setopt(h, CURLOPT_WRITEDATA, o);
 		curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 		curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);

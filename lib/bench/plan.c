@@ -62,8 +62,18 @@ static int profile_counts(const moe_model *m, const char *path, double **out, si
 				rc = moe_err(e, MOE_EFORMAT, "%s: layers[%zu]: bad counts", path, li);
 				break;
 			}
-			for (size_t x = 0; x < nx; x++)
-				c[(*n)++] = json_number_value(json_array_get(a, x));
+			/* a negative count made a "hit rate" above 1 and a negative
+			 * disk read per token */
+			for (size_t x = 0; x < nx && rc == 0; x++) {
+				json_t *v = json_array_get(a, x);
+				if (!json_is_integer(v) || json_integer_value(v) < 0)
+					rc = moe_err(e, MOE_EFORMAT, "%s: layers[%zu].counts[%zu] "
+						     "is not a count", path, li, x);
+				else
+					c[(*n)++] = (double)json_integer_value(v);
+			}
+			if (rc < 0)
+				break;
 		}
 	json_decref(j);
 	if (rc < 0) {

@@ -34,7 +34,12 @@ void moe_quant_plan_free(moe_quant_plan *p)
 	memset(p, 0, sizeof(*p));
 }
 
-static int load_profile(const char *path, moe_quant_plan *p, moe_error *e)
+/* The profile of a model with max_layer layers and max_expert experts: its
+ * n_layer x n_expert table is allocated before the counts are read, so the
+ * sizes are checked against the model's (a profile of a bigger model is
+ * another model's; without this check a 40-byte file asked for 3 GB). */
+static int load_profile(const char *path, int max_layer, int max_expert, moe_quant_plan *p,
+			moe_error *e)
 {
 	json_error_t je;
 	json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
@@ -53,9 +58,13 @@ static int load_profile(const char *path, moe_quant_plan *p, moe_error *e)
 	}
 	p->n_layer = (int)json_integer_value(nl);
 	p->n_expert = (int)json_integer_value(ne);
-	if (p->n_layer <= 0 || p->n_layer > 4096 || p->n_expert <= 0 || p->n_expert > 65535) {
-		rc = moe_err(e, MOE_EFORMAT, "%s: n_layer %d / n_expert %d out of range", path,
-			     p->n_layer, p->n_expert);
+	if (json_integer_value(nl) <= 0 || json_integer_value(nl) > max_layer ||
+	    json_integer_value(ne) <= 0 || json_integer_value(ne) > max_expert) {
+		rc = moe_err(e, MOE_EFORMAT, "%s: n_layer %lld / n_expert %lld: the model has %d "
+			     "layers of %d experts (a profile of another model?)", path,
+			     (long long)json_integer_value(nl), (long long)json_integer_value(ne),
+			     max_layer, max_expert);
+		p->n_layer = p->n_expert = 0;
 		goto out;
 	}
 	size_t n = (size_t)p->n_layer * p->n_expert;
@@ -156,8 +165,17 @@ int moe_quant_plan_experts(const moe_quant_opts *o, const char *profile, uint64_
 	if (strcmp(o->in, "-") == 0)
 		return moe_err(e, MOE_EINVAL, "--expert-profile needs the input model as a file, "
 			       "not a pipe (it is read twice: moe_quant_spool_stdin)");
-	MOE_TRY(load_profile(profile, p, e));
 	if ((rc = moe_uth_open(&u, o->in, e)) < 0)
+		goto out;
+	int max_layer = 0, max_expert = 0; /* the model's, as counts */
+	for (size_t i = 0; i < u->n_tensors; i++) {
+		const moe_uth_tensor *t = &u->tensors[i];
+		if (t->layer != MOE_UTH_NONE && t->layer >= max_layer)
+			max_layer = t->layer + 1;
+		if (t->expert != MOE_UTH_NONE && t->expert >= max_expert)
+			max_expert = t->expert + 1;
+	}
+	if ((rc = load_profile(profile, max_layer, max_expert, p, e)) < 0)
 		goto out;
 	types = calloc(u->n_tensors ? u->n_tensors : 1, sizeof(int));
 	size_t nx = (size_t)p->n_layer * p->n_expert, nc = (size_t)n_ladder + 1;

@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CHUNK ((uint64_t)16 << 20)
+#define CHUNK MOE_DL_CHUNK
 /* Files smaller than this go over one connection. */
 #define PARALLEL_MIN (4 * CHUNK)
 
@@ -381,9 +381,8 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-/* Read DEST.moe-parts.done: which chunks a killed run finished.  Returns
- * false if it is missing or for another size or chunk size. */
-static bool read_state(const char *state, uint64_t size, bool *done, uint64_t n_chunks)
+/* Read DEST.moe-parts.done (registry_int.h). */
+bool moe_dl_read_state(const char *state, uint64_t size, bool *done, uint64_t n_chunks)
 {
 	char *buf;
 	size_t len;
@@ -422,7 +421,7 @@ static int download_par(dl_state *s, const char *parts, const char *state, bool 
 		return moe_err(e, MOE_ENOMEM, "out of memory");
 	pthread_mutex_init(&p.mu, NULL);
 	int rc = 0;
-	bool resume = read_state(state, d->size, p.done, p.n_chunks);
+	bool resume = moe_dl_read_state(state, d->size, p.done, p.n_chunks);
 	if (!resume) {
 		unlink(parts);
 		memset(p.done, 0, (size_t)p.n_chunks * sizeof *p.done);

@@ -219,6 +219,13 @@ typedef struct moe_dl {
 
 /* Download to dest + ".incomplete" (resuming it), verify, rename to dest. */
 int moe_download(moe_dl *d, moe_error *e);
+/* The chunk of a parallel download. */
+#define MOE_DL_CHUNK ((uint64_t)16 << 20)
+/* Read the resume state DEST.moe-parts.done ("moe-parts 1 SIZE CHUNK" then one
+ * finished chunk number a line): marks done[k] for each k < n_chunks.
+ * Returns false if it is missing or for another size or chunk size.  Out of
+ * download.c so the fuzz target can feed it bytes. */
+bool moe_dl_read_state(const char *state, uint64_t size, bool *done, uint64_t n_chunks);
 
 /* ------------------------------------------------------------- gguf join */
 

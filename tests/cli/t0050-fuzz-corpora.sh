@@ -5,7 +5,8 @@
 # target that crashes, traps or aborts on a seed fails here, in every build.
 . "$top_srcdir/tests/cli/lib.sh"
 for name in gguf hf-config jinja request safetensors tokenizer-json uth \
-	    prompt-cache imatrix registry expert-profile serve; do
+	    prompt-cache imatrix registry expert-profile serve archive \
+	    quant-plan endpoint bench-plan; do
 	prog="$top_builddir/tests/fuzz/replay-$name"
 	dir="$top_srcdir/tests/fuzz/$name"
 	set -- "$dir"/*

@@ -169,6 +169,18 @@ meta "$T/plan.uth" "'expert_plan' in m['quantization']"; ok $? "plan recorded in
 "$Q" -n -t q3_k_m --expert-profile "$T/prof.json" --size 100K "$M" >/dev/null 2>"$T/err"
 is "$?" 1 "--size too small: exit 1"
 grep -q "too small" "$T/err"; ok $? "--size too small: says so"
+# the profile's table is sized by its n_layer x n_expert: checked against the
+# model's before anything is allocated (4096 x 65535 once asked for 3 GB)
+printf '{"format": "moe-expert-stats", "n_layer": 4096, "n_expert": 65535, "layers": []}' \
+	>"$T/huge-prof.json"
+"$Q" -n -t q3_k_m --expert-profile "$T/huge-prof.json" --size "$budget" "$M" >/dev/null 2>"$T/err"
+is "$?" 1 "profile of 4096 x 65535 experts: exit 1"
+grep -q "huge-prof.json: n_layer 4096 / n_expert 65535: the model has 2 layers of 4 experts" "$T/err"
+ok $? "... names the file and the sizes: $(cat "$T/err")"
+sed 's/"n_layer": 2/"n_layer": 3/' "$T/prof.json" >"$T/other-prof.json"
+"$Q" -n -t q3_k_m --expert-profile "$T/other-prof.json" --size "$budget" "$M" >/dev/null 2>"$T/err"
+is "$?" 1 "profile of a model with more layers: exit 1"
+grep -q "other-prof.json: n_layer 3 .*another model" "$T/err"; ok $? "... says so: $(cat "$T/err")"
 # a piped IN is read twice through an unlinked copy in $TMPDIR
 mkdir -p "$T/spool"
 TMPDIR="$T/spool" "$Q" -n -t q3_k_m --expert-profile "$T/prof.json" --size "$budget" - \

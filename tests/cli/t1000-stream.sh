@@ -141,4 +141,17 @@ ok $? "... recommends a budget"
 grep -Eq "disk [0-9.]+ GB/s at [0-9]+ reads in flight, [0-9.]+ GB/s one at a time" "$T/plan.txt"
 ok $? "... with the disk at the store's queue depth and one read at a time"
 "$BIN/moe-bench" -m "$T/dense.uth" --plan >/dev/null 2>"$T/err"; is $? 1 "--plan on a dense model: failure"
+# the profile's counts are counts: a negative one made a hit rate above 1
+D="$top_srcdir/share/moe-demo.uth"
+"$PYTHON3" - "$T/neg-prof.json" <<'EOF'
+import json, sys
+L = lambda l, c: {'layer': l, 'tokens': 800, 'counts': c}
+json.dump({'format': 'moe-expert-stats', 'n_layer': 4, 'n_expert': 8,
+	   'layers': [L(0, [100] * 8), L(1, [-50] * 8), L(2, [0] * 8), L(3, [0] * 8)]},
+	  open(sys.argv[1], 'w'))
+EOF
+"$BIN/moe-bench" -m "$D" --plan --expert-profile "$T/neg-prof.json" >/dev/null 2>"$T/err"
+is $? 1 "--plan with a negative count in the profile: failure"
+grep -q "neg-prof.json: layers\\[1\\].counts\\[0\\] is not a count" "$T/err"
+ok $? "... names the file and the field: $(cat "$T/err")"
 done_testing

@@ -3,23 +3,32 @@
  * the file choice made from it (moe_hub_select), response headers
  * (moe_http_parse_header, then the status text moe-pull prints), and the
  * source and registry-name arguments (moe_source_parse,
- * moe_registry_split_name, moe_gguf_split_name).
+ * moe_registry_split_name, moe_gguf_split_name), and what it reads back from
+ * its own files, which a crash or another program may have left in any
+ * state: the cache's refs (moe_cache_read_ref) and a parallel download's
+ * resume state (moe_dl_read_state).
  *
- * The first input byte selects the parser (its value mod 4), the rest is
+ * The first input byte selects the parser (its value mod 6), the rest is
  * the text:
  *   0  a listing (JSON), then the selection with a quant, without one, and
  *      with an --include glob;
  *   1  response header lines (each ends with "\n", as curl hands them over);
  *   2  a source argument and a registry name (NUL-terminated at the first NUL);
- *   3  a file name, as a split GGUF shard's.
+ *   3  a file name, as a split GGUF shard's;
+ *   4  the file refs/main of a cache's repository directory;
+ *   5  a resume state file, read for a download of 3 chunks and a half
+ *      (and for the size its own header names, up to 64 chunks).
  * Whatever the input, a failure says why and keeps nothing; a success keeps
  * its promises (safe names, indexes inside the listing, terminated fields).
  * Seeds: tests/fuzz/registry/ (each begins with its mode byte).
  */
 #include "registry/registry_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -125,11 +134,75 @@ static void shard_name(const char *s)
 		__builtin_trap();
 }
 
+static char dir[64], file[96];
+
+static void cleanup(void)
+{
+	char p[128];
+	snprintf(p, sizeof p, "%s/refs/main", dir);
+	unlink(p);
+	snprintf(p, sizeof p, "%s/refs", dir);
+	rmdir(p);
+	unlink(file);
+	rmdir(dir);
+}
+
+static void write_file(const char *p, const char *b, size_t n)
+{
+	FILE *f = fopen(p, "wb");
+	if (!f || (n && fwrite(b, 1, n, f) != n) || fclose(f) != 0)
+		abort();
+}
+
+static void cache_ref(const char *text, size_t len)
+{
+	char p[128], commit[128];
+	moe_error e = {0};
+	snprintf(p, sizeof p, "%s/refs/main", dir);
+	write_file(p, text, len);
+	memset(commit, 0x55, sizeof commit);
+	if (moe_cache_read_ref(dir, "main", commit, &e) == 0) {
+		/* a commit id names a snapshot directory: one path component */
+		if (!TERMINATED(commit) || !commit[0] || strchr(commit, '/') ||
+		    !strcmp(commit, ".") || !strcmp(commit, ".."))
+			__builtin_trap();
+	} else if (!e.msg[0]) {
+		__builtin_trap();
+	}
+}
+
+static void resume_state(const char *text, size_t len)
+{
+	write_file(file, text, len);
+	uint64_t sizes[2] = {3 * MOE_DL_CHUNK + MOE_DL_CHUNK / 2, 0};
+	unsigned long long sz;
+	if (sscanf(text, "moe-parts 1 %llu", &sz) == 1 && sz <= 64 * MOE_DL_CHUNK)
+		sizes[1] = sz;
+	for (int i = 0; i < 2; i++) {
+		uint64_t n_chunks = (sizes[i] + MOE_DL_CHUNK - 1) / MOE_DL_CHUNK;
+		/* an exact-size array: a mark past it is caught */
+		bool *done = calloc(n_chunks ? n_chunks : 1, sizeof *done);
+		(void)moe_dl_read_state(file, sizes[i], done, n_chunks);
+		free(done);
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	if (!dir[0]) {
+		char p[128];
+		strcpy(dir, "/tmp/fuzz-registry-XXXXXX");
+		if (!mkdtemp(dir))
+			abort();
+		snprintf(p, sizeof p, "%s/refs", dir);
+		snprintf(file, sizeof file, "%s/state", dir);
+		if (mkdir(p, 0700) != 0)
+			abort();
+		atexit(cleanup);
+	}
 	if (size < 1)
 		return 0;
-	int mode = data[0] % 4;
+	int mode = data[0] % 6;
 	/* an exact-size copy (plus a NUL for the string parsers) */
 	char *text = malloc(size);
 	memcpy(text, data + 1, size - 1);
@@ -140,8 +213,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		headers(text, size - 1);
 	else if (mode == 2)
 		arguments(text);
-	else
+	else if (mode == 3)
 		shard_name(text);
+	else if (mode == 4)
+		cache_ref(text, size - 1);
+	else
+		resume_state(text, size - 1);
 	free(text);
 	return 0;
 }
