@@ -45,5 +45,17 @@ make_repos() {
 
 sha256() { sha256sum "$1" | cut -d' ' -f1; }
 # Bytes the CDN sent for a blob, from the log.
-cdn_bytes() { awk -v b="/blobs/$1" '$1 == "cdn" && index($3, b) == 1 { sub("bytes=", "", $6); s += $6 } END { print s + 0 }' "$HUB_LOG"; }
+# cdn_bytes SHA [EXPECT]: bytes of blob SHA the CDN sent.  The hub logs a
+# request after its last byte, so a client can finish before the line is
+# written: with EXPECT, wait (at most 10 s) until the sum reaches it, then
+# 0.5 s more, so that a late line of a second download is counted too.
+cdn_sum() { awk -v b="/blobs/$1" '$1 == "cdn" && index($3, b) == 1 { sub("bytes=", "", $6); s += $6 } END { print s + 0 }' "$HUB_LOG"; }
+cdn_bytes() {
+	if [ -n "$2" ]; then
+		i=0
+		while [ "$(cdn_sum "$1")" -lt "$2" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+		sleep 0.5
+	fi
+	cdn_sum "$1"
+}
 msg() { head -n1 "$1" | cut -c1-200; }

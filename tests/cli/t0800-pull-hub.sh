@@ -189,6 +189,7 @@ is "$(sha256 "$RB/blobs/$bsha")" "$bsha" "large file intact"
 nr=$(grep -c '^cdn GET.*range=bytes=' "$HUB_LOG")
 [ "$nr" -ge 4 ]
 ok $? "fetched as $nr ranges"
-is "$(cdn_bytes "$bsha")" "$(stat -c %s "$T/repos/big/blob.safetensors")" "each byte sent once"
+bsz=$(stat -c %s "$T/repos/big/blob.safetensors")
+is "$(cdn_bytes "$bsha" "$bsz")" "$bsz" "each byte sent once"
 stop_hubs
 done_testing

@@ -21,7 +21,7 @@ hub --fault drop:50000:2
 check "drop after 50000 bytes, twice: pull succeeds" -- "$PULL" $FAST test/mix-GGUF:Q8_0
 grep -q "^cdn GET.*range=bytes=50000-" "$HUB_LOG"
 ok $? "the retry asked for bytes=50000-"
-is "$(cdn_bytes "$sha")" "$size" "no byte fetched twice"
+is "$(cdn_bytes "$sha" "$size")" "$size" "no byte fetched twice"
 is "$(sha256 "$R/blobs/$sha")" "$sha" "blob intact"
 
 # ---- kill -9 in the middle, then the next run resumes
@@ -145,7 +145,7 @@ fresh
 start_hub --repo test/big="$T/repos/big" --fault drop:1000000:3
 check "4 connections, 3 ranges dropped: succeeds" -- "$PULL" $FAST --download-only -j 4 -I '*.safetensors' test/big
 is "$(sha256 "$RB/blobs/$bsha")" "$bsha" "large blob intact after dropped ranges"
-is "$(cdn_bytes "$bsha")" "$bsize" "dropped ranges resumed without refetching"
+is "$(cdn_bytes "$bsha" "$bsize")" "$bsize" "dropped ranges resumed without refetching"
 fresh
 start_hub --repo test/big="$T/repos/big" --fault slow:8000000
 "$PULL" --download-only -j 4 -I '*.safetensors' test/big 2>/dev/null &
@@ -181,7 +181,7 @@ ok $? "every recorded chunk holds the right bytes ($covered bytes)"
 start_hub --repo test/big="$T/repos/big"
 check "resume with 4 connections" -- "$PULL" --download-only -j 4 -I '*.safetensors' test/big
 is "$(sha256 "$RB/blobs/$bsha")" "$bsha" "resumed large blob intact"
-is "$(cdn_bytes "$bsha")" "$((bsize - covered))" "only the chunks not recorded were fetched"
+is "$(cdn_bytes "$bsha" "$((bsize - covered))")" "$((bsize - covered))" "only the chunks not recorded were fetched"
 [ ! -e "$P" ] && [ ! -e "$P.done" ] && [ ! -e "$RB/blobs/$bsha.incomplete" ]
 ok $? "no work files left"
 fresh

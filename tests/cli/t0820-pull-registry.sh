@@ -96,7 +96,8 @@ done
 wait $p1; r1=$?; wait $p2; r2=$?; wait $p3; r3=$?
 is "$r1$r2$r3" 000 "three concurrent pulls of one file all succeed"
 is "$readers" 0 "list and moe-run -m work during the pulls"
-is "$(cdn_bytes "$sha")" "$(stat -c %s "$REPO_G/mix-Q8_0.gguf")" "the file was downloaded once"
+gsz=$(stat -c %s "$REPO_G/mix-Q8_0.gguf")
+is "$(cdn_bytes "$sha" "$gsz")" "$gsz" "the file was downloaded once"
 is "$("$PULL" list | grep -c '^test/mix-GGUF:Q8_0 ')" 1 "one row for the model"
 stop_hubs
 
