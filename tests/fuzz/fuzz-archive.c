@@ -11,6 +11,7 @@
  * zip, and broken ones: a ".." member, a truncated tar, two snapshots).
  */
 #include "hf.h"
+#include "fuzz_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,13 +19,6 @@
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char path[64];
-
-static void cleanup(void)
-{
-	unlink(path);
-}
 
 static void read_tensor(const moe_hf_tensor *t, uint64_t *budget)
 {
@@ -48,17 +42,7 @@ static void read_tensor(const moe_hf_tensor *t, uint64_t *budget)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	if (!path[0]) {
-		strcpy(path, "/tmp/fuzz-archive-XXXXXX");
-		int fd = mkstemp(path);
-		if (fd < 0)
-			abort();
-		close(fd);
-		atexit(cleanup);
-	}
-	FILE *f = fopen(path, "wb");
-	if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0)
-		abort();
+	const char *path = fuzz_file("fuzz-archive", data, size);
 
 	moe_hf *h = NULL;
 	moe_error e = {0};

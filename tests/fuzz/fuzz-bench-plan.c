@@ -9,6 +9,7 @@
  */
 #include "bench.h"
 #include "model.h"
+#include "fuzz_file.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,34 +20,22 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static moe_model *model;
-static char path[64];
-
-static void cleanup(void)
-{
-	unlink(path);
-}
 
 static void setup(void)
 {
 	const char *mp = getenv("MOE_FUZZ_MODEL");
 	moe_error e = {0};
-	strcpy(path, "/tmp/fuzz-bench-plan-XXXXXX");
-	int fd = mkstemp(path);
-	if (fd < 0 || moe_model_load(&model, mp ? mp : MOE_FUZZ_DEFAULT_MODEL, &e) < 0) {
+	if (moe_model_load(&model, mp ? mp : MOE_FUZZ_DEFAULT_MODEL, &e) < 0) {
 		fprintf(stderr, "fuzz-bench-plan: setup: %s\n", e.msg);
 		abort();
 	}
-	close(fd);
-	atexit(cleanup);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!model)
 		setup();
-	FILE *f = fopen(path, "wb");
-	if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0)
-		abort();
+	const char *path = fuzz_file("fuzz-bench-plan", data, size);
 	moe_plan_params p = {.mem_bw = 10e9, .disk_bw = 1e9, .mem_available = (uint64_t)1 << 30,
 			     .profile = path};
 	moe_plan out;

@@ -8,6 +8,7 @@
  */
 #include "experts.h"
 #include "model.h"
+#include "fuzz_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,34 +18,22 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static moe_model *model;
-static char path[64];
-
-static void cleanup(void)
-{
-	unlink(path);
-}
 
 static void setup(void)
 {
 	const char *mp = getenv("MOE_FUZZ_MODEL");
 	moe_error e = {0};
-	strcpy(path, "/tmp/fuzz-expert-profile-XXXXXX");
-	int fd = mkstemp(path);
-	if (fd < 0 || moe_model_load(&model, mp ? mp : MOE_FUZZ_DEFAULT_MODEL, &e) < 0) {
+	if (moe_model_load(&model, mp ? mp : MOE_FUZZ_DEFAULT_MODEL, &e) < 0) {
 		fprintf(stderr, "fuzz-expert-profile: setup: %s\n", e.msg);
 		abort();
 	}
-	close(fd);
-	atexit(cleanup);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!model)
 		setup();
-	FILE *f = fopen(path, "wb");
-	if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0)
-		abort();
+	const char *path = fuzz_file("fuzz-expert-profile", data, size);
 	moe_experts_params p = {
 		.budget = moe_experts_fixed_bytes(model) +
 			  2 * (uint64_t)model->hp.n_expert * moe_experts_slot_bytes(model),

@@ -10,6 +10,7 @@
  * model's size, with a bad count, a duplicate layer, a huge table).
  */
 #include "quant.h"
+#include "fuzz_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,29 +19,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char path[64];
-
-static void cleanup(void)
-{
-	unlink(path);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const int ladder[] = {MOE_Q2_K, MOE_Q3_K, MOE_Q4_K, MOE_Q5_K, MOE_Q6_K};
 	const int n_ladder = 5;
 	const uint64_t budget = (uint64_t)1 << 40;
-	if (!path[0]) {
-		strcpy(path, "/tmp/fuzz-quant-plan-XXXXXX");
-		int fd = mkstemp(path);
-		if (fd < 0)
-			abort();
-		close(fd);
-		atexit(cleanup);
-	}
-	FILE *f = fopen(path, "wb");
-	if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0)
-		abort();
+	const char *path = fuzz_file("fuzz-quant-plan", data, size);
 
 	const char *mp = getenv("MOE_FUZZ_MODEL");
 	moe_quant_opts o = {.in = mp ? mp : MOE_FUZZ_DEFAULT_MODEL, .allow_requantize = true,
