@@ -1,6 +1,6 @@
 # tests/local.mk — shared test harness; tests themselves are listed by the
 # fragment of the module they test (lib/*.mk, tools/*.mk).
-noinst_HEADERS += tests/unit/tap.h tests/unit/testrand.h tests/fuzz/fuzz_file.h
+noinst_HEADERS += tests/unit/tap.h tests/unit/testrand.h tests/fuzz/fuzz_file.h tests/fuzz/fuzz_model.h
 EXTRA_DIST += tests/cli/lib.sh tests/cli/engine-lib.sh
 include tests/ref/local.mk
 

@@ -676,16 +676,22 @@ INLINE void k4_head(const uint8_t *p, __m256i *sc, __m256i *mdd)
 				       v, 1);
 }
 
+/* Bytes of one super-block of the type. */
+INLINE size_t kq2_bsize(const int kind)
+{
+	return kind == KQ2_Q6_K   ? sizeof(moe_block_q6_k)
+	       : kind == KQ2_Q5_K ? sizeof(moe_block_q5_k)
+	       : kind == KQ2_Q2_K ? sizeof(moe_block_q2_k)
+	       : kind == KQ2_Q3_K ? sizeof(moe_block_q3_k)
+				  : sizeof(moe_block_q4_k);
+}
+
 /* Unpack super-blocks [i0, i0 + nsb) of `rows` (<= 16) rows; missing rows
  * get zero codes and scales. */
 INLINE void kq2_unpack(const int kind, kq2_pack *pk, const uint8_t *w, size_t ldw, int rows,
 		       int64_t i0, int nsb)
 {
-	const size_t bsz = kind == KQ2_Q6_K   ? sizeof(moe_block_q6_k)
-			   : kind == KQ2_Q5_K ? sizeof(moe_block_q5_k)
-			   : kind == KQ2_Q2_K ? sizeof(moe_block_q2_k)
-			   : kind == KQ2_Q3_K ? sizeof(moe_block_q3_k)
-					      : sizeof(moe_block_q4_k);
+	const size_t bsz = kq2_bsize(kind);
 	const __m256i m4 = _mm256_set1_epi8(0x0F);
 	for (int sb = 0; sb < nsb; sb++) {
 		for (int hv = 0; hv < 2; hv++) {
@@ -966,11 +972,7 @@ INLINE void kq2_group_sums(int32_t *gs, const uint8_t *x, size_t ldx, int nt, in
 INLINE void kq2_prefetch_next(const int kind, const uint8_t *w, size_t ldw, int nr, int r0,
 			      int64_t i0, int64_t nb)
 {
-	const size_t bsz = kind == KQ2_Q6_K   ? sizeof(moe_block_q6_k)
-			   : kind == KQ2_Q5_K ? sizeof(moe_block_q5_k)
-			   : kind == KQ2_Q2_K ? sizeof(moe_block_q2_k)
-			   : kind == KQ2_Q3_K ? sizeof(moe_block_q3_k)
-					      : sizeof(moe_block_q4_k);
+	const size_t bsz = kq2_bsize(kind);
 	if (i0 + KSB2 < nb) {
 		i0 += KSB2;
 	} else {

@@ -10,6 +10,7 @@
 #include "bench.h"
 #include "model.h"
 #include "fuzz_file.h"
+#include "fuzz_model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,22 +20,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static moe_model *model;
-
-static void setup(void)
-{
-	const char *mp = getenv("MOE_FUZZ_MODEL");
-	moe_error e = {0};
-	if (moe_model_load(&model, mp ? mp : MOE_FUZZ_DEFAULT_MODEL, &e) < 0) {
-		fprintf(stderr, "fuzz-bench-plan: setup: %s\n", e.msg);
-		abort();
-	}
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	if (!model)
-		setup();
+	moe_model *model = fuzz_model("fuzz-bench-plan");
 	const char *path = fuzz_file("fuzz-bench-plan", data, size);
 	moe_plan_params p = {.mem_bw = 10e9, .disk_bw = 1e9, .mem_available = (uint64_t)1 << 30,
 			     .profile = path};

@@ -9,6 +9,7 @@
 #include "experts.h"
 #include "model.h"
 #include "fuzz_file.h"
+#include "fuzz_model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,22 +18,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static moe_model *model;
-
-static void setup(void)
-{
-	const char *mp = getenv("MOE_FUZZ_MODEL");
-	moe_error e = {0};
-	if (moe_model_load(&model, mp ? mp : MOE_FUZZ_DEFAULT_MODEL, &e) < 0) {
-		fprintf(stderr, "fuzz-expert-profile: setup: %s\n", e.msg);
-		abort();
-	}
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	if (!model)
-		setup();
+	moe_model *model = fuzz_model("fuzz-expert-profile");
 	const char *path = fuzz_file("fuzz-expert-profile", data, size);
 	moe_experts_params p = {
 		.budget = moe_experts_fixed_bytes(model) +
