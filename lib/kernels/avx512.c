@@ -12,10 +12,10 @@
  *   rows and T tokens; MOE_GEMM instantiates the shapes, 1 x 1 being the
  *   vec_dot).  They read the weights directly, so they are the decode path
  *   and the fallback for few tokens.
- * - Q4_K for 2-19 tokens (a batched step: an expert gets 1-4, the dense
- *   weights one per sequence): the same kind of tile with four rows in the
- *   four 128-bit blocks of a vector (q4_k_x4_tile), which needs fewer scale
- *   products and horizontal sums.
+ * - Q4_K and Q5_K for 2-19 tokens (a batched step: an expert gets 1-4,
+ *   the dense weights one per sequence): the same kind of tile with four
+ *   rows in the four 128-bit blocks of a vector (k45_x4_tile), which needs
+ *   fewer scale products and horizontal sums.
  * - For many tokens, a GEMM with the rows in the
  *   lanes: 16 weight rows are unpacked once into signed or unsigned bytes,
  *   interleaved [k / 4][16 rows][4 bytes], and each vpdpbusd multiplies four
@@ -1011,11 +1011,16 @@ INLINE __m512i k4x_sum4(const __m512i v[4])
 	return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
 }
 
-/* 4 * RG rows x T tokens (T <= 4). */
-INLINE void q4_k_x4_tile(const int RG, const int T, int64_t n, const uint8_t *w, size_t ldw,
-			 const uint8_t *x, size_t ldx, float *s, size_t lds)
+/* 4 * RG rows x T tokens (T <= 4) of Q4_K, or Q5_K (five = 1: the same
+ * header; the fifth bit of element 64h + l is bit 2h of qh[l] for l < 32,
+ * bit 2h + 1 of qh[l - 32] above, as in k45_tile). */
+INLINE void k45_x4_tile(const int five, const int RG, const int T, int64_t n, const uint8_t *w,
+			size_t ldw, const uint8_t *x, size_t ldx, float *s, size_t lds)
 {
-	const size_t bsz = sizeof(moe_block_q4_k), qs_off = offsetof(moe_block_q4_k, qs);
+	const size_t bsz = five ? sizeof(moe_block_q5_k) : sizeof(moe_block_q4_k);
+	const size_t qs_off = five ? offsetof(moe_block_q5_k, qs) : offsetof(moe_block_q4_k, qs);
+	const size_t qh_off = offsetof(moe_block_q5_k, qh);
+	const __m512i bit4 = _mm512_set1_epi8(0x10);
 	/* vpshufb controls: words 0-3 <- scale byte 2h, words 4-7 <- scale
 	 * byte 2h + 1 (zero-extended; vpackssdw puts the sums of groups 2h and
 	 * 2h + 1 there); dword j <- min byte m_j in both 16-bit halves (j = 0-3,
@@ -1036,7 +1041,7 @@ INLINE void q4_k_x4_tile(const int RG, const int T, int64_t n, const uint8_t *w,
 	MOE_UNROLL for (int g = 0; g < RG; g++)
 		acc[g] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
-		__m512i scb[2], is[2][4];
+		__m512i scb[2], is[2][4], qh[2][2];
 		__m512 dm[2];
 		MOE_UNROLL for (int g = 0; g < RG; g++) {
 			const uint8_t *wg = w + 4 * g * ldw + i * bsz;
@@ -1044,6 +1049,12 @@ INLINE void q4_k_x4_tile(const int RG, const int T, int64_t n, const uint8_t *w,
 				prefetch_ahead(wg + r * ldw, bsz);
 			__m512i h = k4x_load4(wg, ldw, 0);
 			scb[g] = k4x_scales(h);
+			if (five) { /* block r: qh[0..15] / qh[16..31] of row r */
+				qh[g][0] = k4x_load4(wg, ldw, (int64_t)qh_off);
+				qh[g][1] = k4x_load4(wg, ldw, (int64_t)qh_off + 16);
+			} else {
+				qh[g][0] = qh[g][1] = zero_i();
+			}
 			/* per block: d, dmin, d, dmin */
 			dm[g] = _mm512_cvtph_ps(
 				_mm512_castsi512_si256(_mm512_permutexvar_epi32(idx_dm, h)));
@@ -1054,6 +1065,14 @@ INLINE void q4_k_x4_tile(const int RG, const int T, int64_t n, const uint8_t *w,
 			__m512i c[2][4], sl[2];
 			MOE_UNROLL for (int g = 0; g < RG; g++) {
 				k4x_codes(w + 4 * g * ldw + i * bsz, ldw, (int64_t)qs_off + 32 * hh, c[g]);
+				if (five) /* bit 2hh (codes 0, 1), 2hh + 1 (2, 3) to bit 4 */
+					MOE_UNROLL for (int j = 0; j < 4; j++) {
+						const int b = 2 * hh + j / 2;
+						const __m512i q = qh[g][j % 2];
+						const __m512i f = b <= 4 ? _mm512_slli_epi16(q, 4 - b)
+									 : _mm512_srli_epi16(q, b - 4);
+						c[g][j] = _mm512_ternarylogic_epi32(c[g][j], f, bit4, 0xF8);
+					}
 				sl[g] = _mm512_shuffle_epi8(scb[g], ctl_pk[hh]);
 			}
 			MOE_UNROLL for (int t = 0; t < T; t++) {
@@ -1106,11 +1125,11 @@ INLINE void q4_k_x4_tile(const int RG, const int T, int64_t n, const uint8_t *w,
 #undef K_DY
 }
 
-/* The few-token driver (nt >= 2; one token stays with q4_k_tile, which
+/* The few-token driver (nt >= 2; one token stays with k45_tile, which
  * streams weights from memory faster): 8 rows (then 4) x 2-4 tokens per
- * tile, the tokens split evenly, the last rows through q4_k_tile. */
-static void q4_k_few_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
-			  size_t ldx, float *s, size_t lds)
+ * tile, the tokens split evenly, the last rows through k45_tile. */
+static void k45_few_gemm(const int five, int64_t n, int nr, int nt, const void *w, size_t ldw,
+			 const void *x, size_t ldx, float *s, size_t lds)
 {
 	const uint8_t *pw = w, *px = x;
 	for (int t = 0; t < nt;) {
@@ -1119,8 +1138,8 @@ static void q4_k_few_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, 
 		float *st = s + t * lds;
 		int r = 0;
 #define X4(RG, TT)                                                                              \
-	q4_k_x4_tile(RG, TT, n, pw + r * ldw, ldw, xt, ldx, st + r, lds)
-#define ONE(TT) q4_k_tile(1, TT, n, pw + r * ldw, ldw, xt, ldx, st + r, lds)
+	k45_x4_tile(five, RG, TT, n, pw + r * ldw, ldw, xt, ldx, st + r, lds)
+#define ONE(TT) k45_tile(five, 1, TT, n, pw + r * ldw, ldw, xt, ldx, st + r, lds)
 		switch (T) {
 		case 2:
 			for (; r + 8 <= nr; r += 8) X4(2, 2);
@@ -1142,6 +1161,18 @@ static void q4_k_few_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, 
 #undef ONE
 		t += T;
 	}
+}
+
+static void q4_k_few_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+			  size_t ldx, float *s, size_t lds)
+{
+	k45_few_gemm(0, n, nr, nt, w, ldw, x, ldx, s, lds);
+}
+
+static void q5_k_few_gemm(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
+			  size_t ldx, float *s, size_t lds)
+{
+	k45_few_gemm(1, n, nr, nt, w, ldw, x, ldx, s, lds);
 }
 
 /* ------------------------------------------------ prefill GEMM, K-quants
@@ -2087,13 +2118,17 @@ INLINE void kq_rows_gemm(const int kind, int64_t n, int nr, int nt, const uint8_
 /* Tokens from which unpacking the weights pays (it costs about as much as
  * a few tokens' products); below, the decode tiles.  Both give the same
  * bits.  Measured with the weights coming from memory (decode steps of
- * several sequences), one thread, 2048 x 1024: Q5_K's GEMM matches the
- * tiles at 5-6 tokens, and Q6_K's (its unpacking costs three times a
+ * several sequences), one thread, 2048 x 1024: Q5_K's GEMM matched
+ * k45_tile at 5-6 tokens, and Q6_K's (its unpacking costs three times a
  * token's products) only at 12.  Q4_K's four-rows tile (q4_k_few_gemm)
  * matches its GEMM at 20 tokens (CPU time per product at 16 / 20 / 24
- * tokens: 170 / 211 / 253 us against the GEMM's 186 / 215 / 239). */
+ * tokens: 170 / 211 / 253 us against the GEMM's 186 / 215 / 239); Q5_K's
+ * (the same tile with the fifth bits) at about 20 too (1024 x 1024, hot,
+ * 16 / 18 / 19 tokens: 96 / 112 / 117 us against the GEMM's 107 / 114 /
+ * 120). */
 #define KQ_ROWS_MIN_TOKENS 6
 #define KQ_ROWS_MIN_TOKENS_Q4_K 20
+#define KQ_ROWS_MIN_TOKENS_Q5_K 20
 #define KQ_ROWS_MIN_TOKENS_Q6_K 12
 
 static void q4_k_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
@@ -2110,8 +2145,10 @@ static void q4_k_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw, 
 static void q5_k_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw, const void *x,
 			  size_t ldx, float *s, size_t lds)
 {
-	if (nt >= KQ_ROWS_MIN_TOKENS)
+	if (nt >= KQ_ROWS_MIN_TOKENS_Q5_K)
 		kq_rows_gemm(KQ_Q5_K, n, nr, nt, w, ldw, x, ldx, s, lds);
+	else if (nt >= 2)
+		q5_k_few_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
 	else
 		q5_k_gemm(n, nr, nt, w, ldw, x, ldx, s, lds);
 }
