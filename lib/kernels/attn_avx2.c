@@ -7,6 +7,7 @@
 
 #define ATTN_VW 8
 #define ATTN_VACC 8
+#define ATTN_GROUP4 1
 #define ATTN_NAME moe_attn_avx2
 #define VSPLAT(x) ((vf)_mm256_set1_ps(x))
 #define VFMA(a, b, c) ((vf)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))

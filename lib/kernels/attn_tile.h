@@ -14,7 +14,10 @@
  * then for each row: scores of its keys (lanes along the keys, one chain of
  * multiply-adds over the dimensions per key), online softmax (running max m
  * and sum l: a new block rescales both by exp(m_old - m_new)) and the
- * weighted sum of values.
+ * weighted sum of values.  Where the level defines ATTN_GROUP4, four rows
+ * with the same keys (a token's query heads, as in a GQA group of 4 or 8)
+ * take the softmax and the values together (softmax4, values4), with each
+ * row's own operations in its own order.
  *
  * Batch invariance: a row's arithmetic depends only on its own query and
  * its own key range, never on the other rows of the tile — each score lane
@@ -38,7 +41,7 @@ typedef int32_t vi __attribute__((vector_size(ATTN_VW * 4)));
 #define PAD 16
 #define ROUND(n) (((n) + PAD - 1) / PAD * PAD)
 
-/* Value accumulators per key in row_update: 4, or 8 where the ISA defines
+/* Value accumulators per key in row_values: 4, or 8 where the ISA defines
  * ATTN_VACC 8 (16 vector registers hold 8 sums, the weight and a load). */
 #ifndef ATTN_VACC
 #define ATTN_VACC 4
@@ -249,11 +252,10 @@ static inline __attribute__((always_inline)) void scores1(const float *q, int hd
 	}
 }
 
-/* One row's update for keys [a, b) of a block: s holds its raw scores
- * (overwritten with the weights), acc[vw] its weighted sum, *m and *l its
- * running max and sum. */
-static void row_update(const moe_attn_tile *t, float *s, int a, int b, const float *vr, int vw,
-		       float *acc, float *m, float *l)
+/* One row's softmax for keys [a, b) of a block: s holds its raw scores
+ * (overwritten with the weights), *m and *l its running max and sum;
+ * returns the factor its weighted sum takes before this block's values. */
+static float row_softmax(const moe_attn_tile *t, float *s, int a, int b, float *m, float *l)
 {
 	int c0 = a / ATTN_VW * ATTN_VW;
 	vf mx = VSPLAT(-INFINITY);
@@ -279,6 +281,14 @@ static void row_update(const moe_attn_tile *t, float *s, int a, int b, const flo
 		bs += sum[i];
 	*l = *l * alpha + bs;
 	*m = mn;
+	return alpha;
+}
+
+/* One row's weighted sum acc[vw] over keys [a, b): times alpha, then the
+ * values' multiply-adds with the weights s, keys in order for each dim. */
+static void row_values(const float *s, int a, int b, const float *vr, int vw, float *acc,
+		       float alpha)
+{
 	int d = 0;
 #if ATTN_VACC >= 8
 	/* eight chains per key where the ISA has the registers: the chains
@@ -329,6 +339,91 @@ static void row_update(const moe_attn_tile *t, float *s, int a, int b, const flo
 		vstore(acc + d, o);
 	}
 }
+
+#ifdef ATTN_GROUP4
+/* row_softmax for four rows with the same keys [a, b), scores s ktw apart,
+ * m, l and alpha[4] theirs: each phase for the four rows in turn, so that
+ * their chains (the max over the chunks, then over the lanes, the
+ * exponentials, the sums) overlap; one row's were mostly waiting on
+ * latency.  The four alphas come from one vexp, lane r from row r's
+ * difference, as sexp's splat: vexp is lane-wise, the same bits.  Each
+ * row's operations are row_softmax's, in its order. */
+static void softmax4(const moe_attn_tile *t, float *s, int ktw, int a, int b, float *m, float *l,
+		     float alpha[4])
+{
+	float *sr[4] = {s, s + ktw, s + 2 * (size_t)ktw, s + 3 * (size_t)ktw};
+	int c0 = a / ATTN_VW * ATTN_VW;
+	vf mx[4], sum[4], mv[4], dm = VSPLAT(0);
+	float mn[4];
+	_Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) mx[r] = VSPLAT(-INFINITY);
+	for (int c = c0; c < b; c += ATTN_VW) {
+		vi idx = key_index(c), in = (idx >= isplat(a)) & (idx < isplat(b));
+		_Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+			vf x = vselect(in, vload(sr[r] + c) * t->scale, VSPLAT(-INFINITY));
+			vstore(sr[r] + c, x);
+			mx[r] = vmax(mx[r], x);
+		}
+	}
+	_Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+		float mb = -INFINITY;
+		for (int i = 0; i < ATTN_VW; i++)
+			mb = mx[r][i] > mb ? mx[r][i] : mb;
+		mn[r] = m[r] > mb ? m[r] : mb;
+		dm[r] = m[r] - mn[r];
+		mv[r] = VSPLAT(mn[r]);
+		sum[r] = VSPLAT(0);
+	}
+	vf al = vexp(dm); /* lanes past 3: vexp(0), unused */
+	for (int c = c0; c < b; c += ATTN_VW)
+		_Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+			vf p = vexp(vload(sr[r] + c) - mv[r]);
+			vstore(sr[r] + c, p);
+			sum[r] += p;
+		}
+	_Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+		float bs = 0;
+		for (int i = 0; i < ATTN_VW; i++)
+			bs += sum[r][i];
+		l[r] = l[r] * al[r] + bs;
+		m[r] = mn[r];
+		alpha[r] = al[r];
+	}
+}
+
+/* row_values for four rows with the same keys [a, b) (the query heads of
+ * one token), weights s ktw apart, sums acc vw apart: each value vector is
+ * loaded once for the four rows, 8 sums in registers (4 rows x 2 vectors).
+ * Row by row, every key's value row (hdv floats) was loaded again for
+ * each row: 9 loads to 8 multiply-adds a key (perf, mixtral-s pp512 at
+ * avx2: that loop was near half of the attention's samples).  Each row's
+ * chain per dim (times alpha, then keys in order) is row_values', so the
+ * bits are the same. */
+static void values4(const float *s, int ktw, int a, int b, const float *vr, int vw, float *acc,
+		    const float alpha[4])
+{
+	const float *s0 = s, *s1 = s + ktw, *s2 = s + 2 * (size_t)ktw, *s3 = s + 3 * (size_t)ktw;
+	float *c0 = acc, *c1 = acc + vw, *c2 = acc + 2 * (size_t)vw, *c3 = acc + 3 * (size_t)vw;
+	_Static_assert(PAD % (2 * ATTN_VW) == 0, "vw (a multiple of PAD) in steps of two vectors");
+	for (int d = 0; d < vw; d += 2 * ATTN_VW) {
+		vf o0 = vload(c0 + d) * alpha[0], p0 = vload(c0 + d + ATTN_VW) * alpha[0];
+		vf o1 = vload(c1 + d) * alpha[1], p1 = vload(c1 + d + ATTN_VW) * alpha[1];
+		vf o2 = vload(c2 + d) * alpha[2], p2 = vload(c2 + d + ATTN_VW) * alpha[2];
+		vf o3 = vload(c3 + d) * alpha[3], p3 = vload(c3 + d + ATTN_VW) * alpha[3];
+		for (int j = a; j < b; j++) {
+			const float *v = vr + (size_t)j * vw + d;
+			vf v0 = vload(v), v1 = vload(v + ATTN_VW), w;
+			w = VSPLAT(s0[j]), o0 = VFMA(w, v0, o0), p0 = VFMA(w, v1, p0);
+			w = VSPLAT(s1[j]), o1 = VFMA(w, v0, o1), p1 = VFMA(w, v1, p1);
+			w = VSPLAT(s2[j]), o2 = VFMA(w, v0, o2), p2 = VFMA(w, v1, p2);
+			w = VSPLAT(s3[j]), o3 = VFMA(w, v0, o3), p3 = VFMA(w, v1, p3);
+		}
+		vstore(c0 + d, o0), vstore(c0 + d + ATTN_VW, p0);
+		vstore(c1 + d, o1), vstore(c1 + d + ATTN_VW, p1);
+		vstore(c2 + d, o2), vstore(c2 + d + ATTN_VW, p2);
+		vstore(c3 + d, o3), vstore(c3 + d + ATTN_VW, p3);
+	}
+}
+#endif
 
 void ATTN_NAME(const moe_attn_tile *t)
 {
@@ -389,13 +484,30 @@ void ATTN_NAME(const moe_attn_tile *t)
 			else
 				for (int i = 0; i < nr; i++)
 					scores1(q[i], hd, kf, ga, gb, s + (size_t)i * ktw);
+			int ra[4], rb[4], same = nr == 4;
+			float alpha[4];
 			for (int i = 0; i < nr; i++) {
-				int r = r0 + i, tok = r / t->n_head;
-				int a = (t->lo[tok] > p0 ? t->lo[tok] : p0) - p0;
-				int b = (t->hi[tok] < p0 + bt ? t->hi[tok] : p0 + bt) - p0;
-				if (a < b)
-					row_update(t, s + (size_t)i * ktw, a, b, vr, vw, acc + (size_t)r * vw,
-						   &m[r], &l[r]);
+				int tok = (r0 + i) / t->n_head;
+				ra[i] = (t->lo[tok] > p0 ? t->lo[tok] : p0) - p0;
+				rb[i] = (t->hi[tok] < p0 + bt ? t->hi[tok] : p0 + bt) - p0;
+				same = same && ra[i] == ra[0] && rb[i] == rb[0];
+			}
+#ifdef ATTN_GROUP4
+			/* a token's query heads: four rows, one key range */
+			if (same && ra[0] < rb[0]) {
+				softmax4(t, s, ktw, ra[0], rb[0], m + r0, l + r0, alpha);
+				values4(s, ktw, ra[0], rb[0], vr, vw, acc + (size_t)r0 * vw, alpha);
+				continue;
+			}
+#endif
+			(void)same;
+			for (int i = 0; i < nr; i++) {
+				int r = r0 + i;
+				if (ra[i] >= rb[i])
+					continue;
+				alpha[i] = row_softmax(t, s + (size_t)i * ktw, ra[i], rb[i], &m[r], &l[r]);
+				row_values(s + (size_t)i * ktw, ra[i], rb[i], vr, vw, acc + (size_t)r * vw,
+					   alpha[i]);
 			}
 		}
 	}

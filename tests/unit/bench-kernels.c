@@ -13,11 +13,15 @@
  * Each figure is the median of --reps runs.
  *
  *   bench-kernels [-t THREADS] [-r REPS] [-m ROWSxCOLS] [-n PREFILL_TOKENS]
- *                 [-d DECODE_TOKENS] [-i generic|avx2|avxvnni|avx512|all] [-H] [-M] [-b] [-c]
+ *                 [-d DECODE_TOKENS] [-i generic|avx2|avxvnni|avx512|all] [-H] [-S] [-M] [-b] [-c]
  *                 [TYPE...]
  * -d: tokens per decode product (default 1; 2-12 is an expert's share of a
  *     batched step), weights still streamed from memory.
  * -H: decode from one cache-resident copy (kernel speed without memory).
+ * -S: decode visits the copies in a scattered order, so no product starts
+ *     where the previous one ended (a model's experts: the next one is
+ *     elsewhere, and what the last product prefetched past its end is
+ *     not used).
  * -M: prefill from memory (above; not with -H).
  * -b: report the fastest run instead of the median.
  * -c: time with the process's CPU clock instead of the wall clock (with
@@ -41,6 +45,16 @@ static int cmp_double(const void *a, const void *b)
 }
 
 static bool use_best, use_cpu;
+
+static int gcd_int(int a, int b)
+{
+	while (b) {
+		int t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
 
 static double now(void)
 {
@@ -85,7 +99,7 @@ static void random_blocks(int dt, uint8_t *p, size_t n)
 int main(int argc, char **argv)
 {
 	int threads = 2, reps = 9, n_prefill = 512, n_dec = 1, isa_sel = -1;
-	bool hot = false, best = false, pp_mem = false;
+	bool hot = false, best = false, pp_mem = false, scatter = false;
 	int64_t rows = 4096, cols = 4096;
 	int types[MOE_DTYPE_MAX], n_types = 0;
 	moe_error e;
@@ -101,6 +115,8 @@ int main(int argc, char **argv)
 			use_cpu = true;
 		else if (!strcmp(argv[i], "-H"))
 			hot = true;
+		else if (!strcmp(argv[i], "-S"))
+			scatter = true;
 		else if (!strcmp(argv[i], "-M"))
 			pp_mem = true;
 		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
@@ -155,9 +171,9 @@ int main(int argc, char **argv)
 		X[i] = frand();
 
 	printf("# %lldx%lld, %d threads, %s of %d runs; decode (%d token%s) streams copies "
-	       "totalling >= 256 MiB%s; prefill %s\n",
+	       "totalling >= 256 MiB%s%s; prefill %s\n",
 	       (long long)rows, (long long)cols, threads, best ? "best" : "median", reps, n_dec,
-	       n_dec == 1 ? "" : "s", hot ? " (not with -H)" : "",
+	       n_dec == 1 ? "" : "s", hot ? " (not with -H)" : "", scatter ? " in scattered order" : "",
 	       pp_mem && !hot ? "from memory" : "cached");
 	printf("%-7s %-7s %10s %10s %10s %12s %12s\n", "type", "isa", "dec GB/s", "dec GFLOP",
 	       "dec us", "pp GFLOP/s", "pp tok/s");
@@ -171,6 +187,14 @@ int main(int argc, char **argv)
 		}
 		size_t mb = (size_t)rb * (size_t)rows;
 		int copies = hot ? 1 : (int)((256u << 20) / mb) + 1;
+		/* -S: copy c goes (c * step) % copies, step coprime with copies
+		 * and far from 1 */
+		int step = 1;
+		if (scatter && copies > 2) {
+			step = copies / 3 + 1;
+			while (gcd_int(step, copies) != 1)
+				step++;
+		}
 		uint8_t *W = malloc(mb * copies);
 		float *f = malloc(sizeof(float) * (size_t)cols);
 		for (int64_t r = 0; r < rows; r++) {
@@ -200,8 +224,9 @@ int main(int argc, char **argv)
 			for (int r = 0; r < reps; r++) {
 				double t0 = now();
 				for (int c = 0; c < copies; c++)
-					moe_matmul(k, pool, dt, W + c * mb, rows, cols, X, cols,
-						   n_dec, Y, rows, scratch);
+					moe_matmul(k, pool, dt,
+						   W + (size_t)((int64_t)c * step % copies) * mb, rows,
+						   cols, X, cols, n_dec, Y, rows, scratch);
 				for (int c = 0; hot && c < 99; c++) /* repeat the hot copy */
 					moe_matmul(k, pool, dt, W, rows, cols, X, cols, n_dec, Y,
 						   rows, scratch);
