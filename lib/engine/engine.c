@@ -12,6 +12,24 @@ static size_t max_sz(size_t a, size_t b)
 	return a > b ? a : b;
 }
 
+/* forward.c's ffn_q_dtype of layer il: a gate type whose activation type
+ * every expert's gate and up (n_embd columns) share, not float; or -1. */
+static int ffn_q_dtype(const moe_model *m, uint32_t il)
+{
+	const moe_layer *L = &m->layers[il];
+	if (!L->is_moe || !m->hp.n_expert)
+		return -1;
+	int t = moe_type_get(L->exp_gate[0].dtype)->vec_dot_type;
+	if (t == MOE_F32)
+		return -1;
+	for (uint32_t x = 0; x < m->hp.n_expert; x++)
+		if (moe_type_get(L->exp_gate[x].dtype)->vec_dot_type != t ||
+		    moe_type_get(L->exp_up[x].dtype)->vec_dot_type != t ||
+		    L->exp_gate[x].cols != m->hp.n_embd || L->exp_up[x].cols != m->hp.n_embd)
+			return -1;
+	return (int)L->exp_gate[0].dtype;
+}
+
 /* Scratch for quantised activations of n rows of every product the model
  * has (the largest wins). */
 static size_t product_scratch(const moe_model *m, int64_t n)
@@ -133,6 +151,11 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 		/* other layers may use other types */
 		eng->par_scratch_bytes = max_sz(eng->par_scratch_bytes, product_scratch(m, EXP_PAR_MAX));
 	}
+	eng->ffn_q_bytes = 64;
+	for (uint32_t il = 0; il < hp->n_layer; il++)
+		if (ffn_q_dtype(m, il) >= 0)
+			eng->ffn_q_bytes = max_sz(eng->ffn_q_bytes,
+				moe_matmul_scratch(ffn_q_dtype(m, il), E, 1));
 	size_t scratch = product_scratch(m, (int64_t)B);
 	if (scratch == SIZE_MAX || eng->par_scratch_bytes == SIZE_MAX) {
 		rc = moe_err(e, MOE_ERANGE, "engine: scratch size overflows");
@@ -163,12 +186,16 @@ int moe_engine_new(moe_engine **out, const moe_model *m, const moe_engine_params
 							 sizeof *eng->attn_blocks, 64)) ||
 	    !(eng->par_buf = FLOATS(nth * eng->par_stride)) ||
 	    !(eng->par_scratch = moe_arena_alloc(a, nth * eng->par_scratch_bytes, 64)) ||
+	    !(eng->ffn_q_dtype = INTS(hp->n_layer ? hp->n_layer : 1)) ||
+	    !(eng->ffn_q = moe_arena_alloc(a, EXP_PAR_MAX * eng->ffn_q_bytes, 64)) ||
 	    !(eng->out_rows = FLOATS(B * hp->n_vocab)) || !(eng->want = INTS(B))) {
 		rc = moe_err(e, MOE_ENOMEM, "out of memory for the engine's buffers");
 		goto fail;
 	}
 #undef FLOATS
 #undef INTS
+	for (uint32_t il = 0; il < hp->n_layer; il++)
+		eng->ffn_q_dtype[il] = ffn_q_dtype(m, il);
 	if ((rc = moe_deepseek2_init(eng, e)) < 0)
 		goto fail;
 	*out = eng;

@@ -116,6 +116,16 @@ struct moe_engine {
 	size_t par_stride;       /* floats per thread */
 	uint8_t *par_scratch;
 	size_t par_scratch_bytes;
+	/* a small step's FFN input rows quantised once per token for the
+	 * layer's expert gate/up products, instead of once per chosen expert:
+	 * ffn_q_dtype[layer] is a gate type of the layer whose activation type
+	 * every expert's gate and up share, or -1 (dense layer, float or mixed
+	 * activation types); ffn_q holds the rows of a step
+	 * [EXP_PAR_MAX][ffn_q_bytes] while ffn_q_on */
+	int32_t *ffn_q_dtype;
+	uint8_t *ffn_q;
+	size_t ffn_q_bytes;
+	bool ffn_q_on;
 	/* logits rows gathered for the output product */
 	float *out_rows;         /* [B, n_vocab] */
 	int32_t *want;           /* [B] tokens that want logits */

@@ -106,8 +106,9 @@ static void matmul(moe_engine *eng, const moe_weight *w, int layer, const float 
 }
 
 /* Several products of one input, in one pool job: Y_i[n x w_i->rows] =
- * X W_i^T.  X is quantised once per product (by the caller's thread for a
- * few tokens, else by the pool), each into its own third of the scratch. */
+ * X W_i^T.  X is quantised once per activation type (by the caller's
+ * thread for a few tokens, else by the pool), into the scratch's third of
+ * the first product that pairs with that type (scratch_of). */
 typedef struct {
 	moe_engine *eng;
 	int n_w;
@@ -118,12 +119,26 @@ typedef struct {
 	size_t scratch_stride;
 } products_job;
 
+/* Which third of the scratch holds product i's quantised X: that of the
+ * first product whose weights pair with the same activation type (q, k and
+ * v usually all do: one quantisation instead of three). */
+static int scratch_of(const moe_weight *const *w, int i)
+{
+	int t = moe_type_get(w[i]->dtype)->vec_dot_type;
+	for (int p = 0; p < i; p++)
+		if (moe_type_get(w[p]->dtype)->vec_dot_type == t && w[p]->cols == w[i]->cols)
+			return p;
+	return i;
+}
+
 static void products_quantize(void *arg, int ith, int nth)
 {
 	products_job *j = arg;
 	for (int i = 0; i < j->n_w; i++)
-		moe_matmul_quantize(j->eng->k, j->w[i]->dtype, j->w[i]->cols, j->x, j->w[i]->cols, j->n,
-				    (uint8_t *)j->eng->scratch + i * j->scratch_stride, ith, nth);
+		if (scratch_of(j->w, i) == i)
+			moe_matmul_quantize(j->eng->k, j->w[i]->dtype, j->w[i]->cols, j->x,
+					    j->w[i]->cols, j->n,
+					    (uint8_t *)j->eng->scratch + i * j->scratch_stride, ith, nth);
 }
 
 static void products_compute(void *arg, int ith, int nth)
@@ -132,7 +147,8 @@ static void products_compute(void *arg, int ith, int nth)
 	for (int i = 0; i < j->n_w; i++) {
 		const moe_weight *w = j->w[i];
 		moe_matmul_compute(j->eng->k, w->dtype, w->data, w->rows, w->cols, j->x, w->cols, j->n,
-				   j->y[i], w->rows, (uint8_t *)j->eng->scratch + i * j->scratch_stride,
+				   j->y[i], w->rows,
+				   (uint8_t *)j->eng->scratch + scratch_of(j->w, i) * j->scratch_stride,
 				   ith, nth);
 	}
 }
@@ -162,6 +178,8 @@ static void products_row(moe_engine *eng, const float *X, int t, int n_w,
 			 const moe_weight *const *w)
 {
 	for (int i = 0; i < n_w; i++) {
+		if (scratch_of(w, i) != i)
+			continue;
 		size_t rb = moe_matmul_scratch(w[i]->dtype, w[i]->cols, 1);
 		moe_matmul_quantize(eng->k, w[i]->dtype, w[i]->cols, X + t * w[i]->cols, w[i]->cols,
 				    1, (uint8_t *)eng->scratch + i * eng->scratch_bytes + t * rb, 0, 1);
@@ -405,6 +423,16 @@ static void next_attn_in(moe_engine *eng, int il, int t)
 		attn_in(eng, il + 1, t);
 }
 
+/* Token t's FFN input quantised for the layer's experts (engine_int.h,
+ * ffn_q), when the step runs them whole per thread. */
+static void ffn_q_row(moe_engine *eng, int il, int t)
+{
+	int64_t E = eng->m->hp.n_embd;
+	if (eng->ffn_q_on && eng->ffn_q_dtype[il] >= 0)
+		moe_matmul_quantize(eng->k, eng->ffn_q_dtype[il], E, eng->xn + t * E, E, 1,
+				    eng->ffn_q + (size_t)t * eng->ffn_q_bytes, 0, 1);
+}
+
 /* x += (a Wo^T + bo) * the residual scale, then the FFN's input norm. */
 static void attn_out(moe_engine *eng, int il, int t)
 {
@@ -419,6 +447,7 @@ static void attn_out(moe_engine *eng, int il, int t)
 	for (int64_t i = 0; i < E; i++)
 		x[i] += o[i] * rs;
 	norm(hp, eng->xn + t * E, x, L->ffn_norm, L->ffn_norm_b, E);
+	ffn_q_row(eng, il, t);
 }
 
 static void ffn_in(moe_engine *eng, int il, int t)
@@ -427,6 +456,7 @@ static void ffn_in(moe_engine *eng, int il, int t)
 	const moe_layer *L = &eng->m->layers[il];
 	int64_t E = hp->n_embd;
 	norm(hp, eng->xn + t * E, eng->x + t * E, L->ffn_norm, L->ffn_norm_b, E);
+	ffn_q_row(eng, il, t);
 }
 
 /* The attention block of layer il on xn (normed by the previous layer's
@@ -701,8 +731,22 @@ static void expert_worker(void *arg, int ith, int nth)
 		int a = j->which[w];
 		const moe_expert *x = &eng->active_w[a];
 		int m = eng->count_of[a];
-		gather_rows(eng, a, xe);
-		gate_up(eng->k, NULL, x->gate, x->up, xe, m, g, u, scr);
+		if (eng->ffn_q_on && eng->ffn_q_dtype[j->il] >= 0) {
+			/* the tokens' rows quantised by attn_out: the same bits
+			 * gate_up would make of them */
+			size_t rb = eng->ffn_q_bytes;
+			for (int i = 0; i < m; i++) {
+				int tok = eng->order[eng->first_of[a] + i] / (int)hp->n_expert_used;
+				memcpy((uint8_t *)scr + i * rb, eng->ffn_q + (size_t)tok * rb, rb);
+			}
+			moe_matmul_compute(eng->k, x->gate->dtype, x->gate->data, ff, E, xe, E, m, g, ff,
+					   scr, 0, 1);
+			moe_matmul_compute(eng->k, x->up->dtype, x->up->data, ff, E, xe, E, m, u, ff, scr,
+					   0, 1);
+		} else {
+			gather_rows(eng, a, xe);
+			gate_up(eng->k, NULL, x->gate, x->up, xe, m, g, u, scr);
+		}
 		const moe_layer *L = &eng->m->layers[j->il];
 		int id = eng->active[a];
 		glu(hp, g, u, m, ff, L->exp_gate_b ? L->exp_gate_b[id] : NULL,
@@ -905,6 +949,8 @@ int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
 	const moe_hparams *hp = &m->hp;
 	int64_t E = hp->n_embd;
 	eng->st = st;
+	/* as compute_experts chooses whole experts per thread */
+	eng->ffn_q_on = B <= EXP_PAR_MAX && !eng->observe_fn;
 	for (int t = 0; t < B; t++)
 		row_to_float(eng, m->tok_embd.dtype,
 			     (const uint8_t *)m->tok_embd.data + (size_t)st[t].id * m->tok_embd.row_bytes,
