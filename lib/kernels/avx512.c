@@ -1126,8 +1126,14 @@ INLINE void k45_x4_tile(const int five, const int RG, const int T, int64_t n, co
 }
 
 /* The few-token driver (nt >= 2; one token stays with k45_tile, which
- * streams weights from memory faster): 8 rows (then 4) x 2-4 tokens per
- * tile, the tokens split evenly, the last rows through k45_tile.  Inlined
+ * streams weights from memory faster): 8 rows (then 4) x 3-4 tokens per
+ * tile, 4 rows x 2 tokens, the tokens split evenly, the last rows through
+ * k45_tile.  At 2 tokens the tile of 8 rows is faster on cached weights but
+ * slower from memory, where an expert's product comes from (2048 x 1024
+ * Q4_K, one thread, CPU time, scattered copies (bench-kernels -S), medians
+ * of 5 processes: 8 rows 45.0-52.1 us, 4 rows 37.4 us; one token 34-35;
+ * cached: 26.5 against 29.5 us).  At 3 and 4 tokens 8 rows stay faster
+ * from memory too (41.9 / 48.4 us against 45.7 / 54.2).  Inlined
  * into each type's function so that `five` is a constant there (as an
  * out-of-line function with `five` a variable it ran the Q4_K tiles at
  * about half their speed). */
@@ -1144,8 +1150,7 @@ INLINE void k45_few_gemm(const int five, int64_t n, int nr, int nt, const void *
 	k45_x4_tile(five, RG, TT, n, pw + r * ldw, ldw, xt, ldx, st + r, lds)
 #define ONE(TT) k45_tile(five, 1, TT, n, pw + r * ldw, ldw, xt, ldx, st + r, lds)
 		switch (T) {
-		case 2:
-			for (; r + 8 <= nr; r += 8) X4(2, 2);
+		case 2: /* 4 rows: streams faster than 8 (see above) */
 			for (; r + 4 <= nr; r += 4) X4(1, 2);
 			for (; r < nr; r++) ONE(2);
 			break;
