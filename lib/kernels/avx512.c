@@ -1717,7 +1717,13 @@ INLINE void q6_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 			s[t * lds + r] = acc4[(r * T + t) / 4][(r * T + t) % 4];
 }
 
-MOE_GEMM_FEW(q6_k, 2, 4, 4, 4, 4)
+/* 2-4 tokens one row at a time: from memory (an expert's ffn_down in a
+ * decode step of several sequences) these stream faster than tiles of 4
+ * rows x 2-3 tokens and 2 rows x 4 (1024 x 2048, one thread, CPU time,
+ * scattered copies, medians of 5 processes: 2 / 3 / 4 tokens about 69 /
+ * 79 / 87 us -> 61 / 69 / 76 us), though they are a little slower on cached
+ * weights (4 tokens 64.6 -> 67.9 us). */
+MOE_GEMM_FEW(q6_k, 1, 4, 4, 1, 1)
 
 /* Q6_K through the rows-in-lanes GEMM: codes 0-63 in element order (the
  * same 64-element steps as the tile above), 16 groups of 16 with signed
@@ -2189,15 +2195,16 @@ static void iq4_xs_gemm_any(int64_t n, int nr, int nt, const void *w, size_t ldw
 }
 
 /* Q6_K for 5-11 tokens (the output head and attn_v of a decode step of 8
- * sequences): two rows (the last one alone) by up to 8 tokens, so each
- * row's codes are unpacked once for 8 tokens instead of once per 4 (the
- * 2 x 4 tiles of q6_k_gemm); a tile's unpacking and scale work is most of
- * its instructions.  Same bits: every output keeps its integer sums and
- * float sequence.  One 32000 x 1024 product, one thread, CPU time
- * (bench-kernels -c -t 1): 5 / 6 / 8 tokens 1640-1886 / 1886-2048 /
- * 2233-2276 us with q6_k_gemm's tiles, 1400 / 1543-1561 / 1836-1857 us
- * with tiles of one row; two rows (with the paired steps of q6_k_tile),
- * 8 tokens: 1850 -> 1804 us (medians of 3 processes, hot). */
+ * sequences): one row by up to 8 tokens, so each row's codes are unpacked
+ * once for 8 tokens instead of once per 4 (the 2 x 4 tiles of q6_k_gemm);
+ * a tile's unpacking and scale work is most of its instructions.  Same
+ * bits: every output keeps its integer sums and float sequence.  One
+ * 32000 x 1024 product, one thread, CPU time (bench-kernels -c -t 1):
+ * 5 / 6 / 8 tokens 1640-1886 / 1886-2048 / 2233-2276 us with q6_k_gemm's
+ * tiles, 1400 / 1543-1561 / 1836-1857 us with these.  Tiles of 2 rows by 8
+ * were 2% faster on cached weights but 11% slower from memory (8 tokens,
+ * medians of 3 processes: 1794 against 1988 us), as with the other
+ * few-token tiles: fewer rows at a time stream faster. */
 static void q6_k_few_gemm(int64_t n, int nr, int nt, const uint8_t *w, size_t ldw,
 			  const uint8_t *x, size_t ldx, float *s, size_t lds)
 {
@@ -2206,17 +2213,7 @@ static void q6_k_few_gemm(int64_t n, int nr, int nt, const uint8_t *w, size_t ld
 		T = nt - t < 8 ? nt - t : 8;
 		const uint8_t *xt = x + t * ldx;
 		float *st = s + t * lds;
-		int r = 0;
-		for (; r + 2 <= nr; r += 2) {
-			const uint8_t *wr = w + r * ldw;
-			switch (T) {
-			case 5: q6_k_tile(2, 5, n, wr, ldw, xt, ldx, st + r, lds); break;
-			case 6: q6_k_tile(2, 6, n, wr, ldw, xt, ldx, st + r, lds); break;
-			case 7: q6_k_tile(2, 7, n, wr, ldw, xt, ldx, st + r, lds); break;
-			default: q6_k_tile(2, 8, n, wr, ldw, xt, ldx, st + r, lds); break;
-			}
-		}
-		for (; r < nr; r++) {
+		for (int r = 0; r < nr; r++) {
 			const uint8_t *wr = w + r * ldw;
 			switch (T) {
 			case 5: q6_k_tile(1, 5, n, wr, ldw, xt, ldx, st + r, lds); break;
