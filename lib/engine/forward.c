@@ -782,9 +782,11 @@ static void expert_worker(void *arg, int ith, int nth)
 				de[i] += L->exp_down_b[id][i % E];
 		scatter_rows(eng, a, de);
 	}
-	/* only with more experts than threads: with one expert each (one
-	 * sequence) the threads finish together, and there is no wait to fill */
-	if (j->n > nth && (uint32_t)j->il + 1 < hp->n_layer && hp->attention != MOE_ATTN_MLA)
+	/* only with more experts than threads, and more than one thread: with
+	 * one expert each (one sequence) the threads finish together, and one
+	 * thread never waits, so there is no wait to fill */
+	if (nth > 1 && j->n > nth && (uint32_t)j->il + 1 < hp->n_layer &&
+	    hp->attention != MOE_ATTN_MLA)
 		prefetch_attn_weights(eng, j->il + 1, j->B, ith);
 }
 
