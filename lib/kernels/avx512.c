@@ -1717,13 +1717,14 @@ INLINE void q6_k_tile(const int R, const int T, int64_t n, const uint8_t *w, siz
 			s[t * lds + r] = acc4[(r * T + t) / 4][(r * T + t) % 4];
 }
 
-/* 2-4 tokens one row at a time: from memory (an expert's ffn_down in a
- * decode step of several sequences) these stream faster than tiles of 4
- * rows x 2-3 tokens and 2 rows x 4 (1024 x 2048, one thread, CPU time,
- * scattered copies, medians of 5 processes: 2 / 3 / 4 tokens about 69 /
- * 79 / 87 us -> 61 / 69 / 76 us), though they are a little slower on cached
- * weights (4 tokens 64.6 -> 67.9 us). */
-MOE_GEMM_FEW(q6_k, 1, 4, 4, 1, 1)
+/* One row at a time for every token count up to 4: from memory (an
+ * expert's ffn_down in a decode step, the output head of one sequence)
+ * these stream faster than tiles of 4 rows x 1-3 tokens and 2 rows x 4
+ * (one thread, CPU time, scattered copies, medians of 5 processes:
+ * 1024 x 2048, 2 / 3 / 4 tokens about 69 / 79 / 87 us -> 61 / 69 / 76 us;
+ * 32000 x 1024, one token, 1013 -> 835 us), though they are a little
+ * slower on cached weights (1024 x 2048, 4 tokens 64.6 -> 67.9 us). */
+MOE_GEMM_FEW(q6_k, 1, 4, 1, 1, 1)
 
 /* Q6_K through the rows-in-lanes GEMM: codes 0-63 in element order (the
  * same 64-element steps as the tile above), 16 groups of 16 with signed
