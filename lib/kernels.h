@@ -147,9 +147,5 @@ void moe_matmul_quantize(const moe_kernels *k, int dtype, int64_t cols, const fl
 void moe_matmul_compute(const moe_kernels *k, int dtype, const void *W, int64_t rows,
 			int64_t cols, const float *X, int64_t ldx, int64_t n_tokens, float *Y,
 			int64_t ldy, const void *scratch, int ith, int nth);
-/* The weight rows [*r0, *r1) that thread ith of nth reads in
- * moe_matmul_compute of rows x n_tokens (all of them when the threads
- * split the tokens instead): for a caller that prefetches them. */
-void moe_matmul_rows(int64_t rows, int64_t n_tokens, int ith, int nth, int64_t *r0, int64_t *r1);
 
 #endif

@@ -710,51 +710,13 @@ typedef struct {
 	const int *which;  /* [n] indices into eng->active to compute */
 	int n;
 	atomic_int next;   /* the next of which[] to take */
-	int il, B;
+	int il;
 } expert_job;
-
-/* The most prefetch_attn_weights asks for a thread: within the 1 MiB L2
- * of the cores we tune for (mixtral-s takes 0.8 MB). */
-#define PREFETCH_MAX_BYTES (1u << 20)
-
-/* Ask for the rows of layer il's q, k, v and o products that thread ith
- * multiplies (matmul.c's split of B tokens over the pool).  A thread that
- * finds no expert left to take would wait for the others at the end of
- * the layer: it reads these meanwhile (0.8 MB a thread on mixtral-s), and
- * the next layer's attention products, which read memory far below its
- * bandwidth (a few rows per thread, for 8 tokens), find them in its cache.
- * Changes no result. */
-static void prefetch_attn_weights(const moe_engine *eng, int il, int B, int ith)
-{
-	const moe_layer *L = &eng->m->layers[il];
-	const moe_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo};
-	int64_t r0[4], r1[4];
-	size_t total = 0;
-	for (int i = 0; i < 4; i++) {
-		r0[i] = r1[i] = 0;
-		if (w[i]->data)
-			moe_matmul_rows(w[i]->rows, B, ith, eng->n_threads, &r0[i], &r1[i]);
-		total += (size_t)(r1[i] - r0[i]) * w[i]->row_bytes;
-	}
-	/* only a share that stays in the thread's L2 until it is used: olmoe's
-	 * (4.7 MB a thread, 2048-wide and no GQA) made its one-sequence decode
-	 * 5% slower */
-	if (total > PREFETCH_MAX_BYTES)
-		return;
-	for (int i = 0; i < 4; i++) {
-		const char *p = (const char *)w[i]->data + r0[i] * w[i]->row_bytes;
-		const char *end = (const char *)w[i]->data + r1[i] * w[i]->row_bytes;
-		for (; p < end; p += 64)
-			__builtin_prefetch(p);
-	}
-}
 
 /* Small steps: each thread runs whole experts on its own (one pool wake per
  * layer instead of three per expert), taking the next one when it is done
- * with the last, so threads that drew experts with fewer tokens take more;
- * one that finds none left reads the next layer's attention weights while
- * the others finish.  Which thread runs an expert does not change its
- * results. */
+ * with the last, so threads that drew experts with fewer tokens take more.
+ * Which thread runs an expert does not change its results. */
 static void expert_worker(void *arg, int ith, int nth)
 {
 	expert_job *j = arg;
@@ -764,6 +726,7 @@ static void expert_worker(void *arg, int ith, int nth)
 	float *xe = eng->par_buf + (size_t)ith * eng->par_stride;
 	float *de = xe + EXP_PAR_MAX * E, *g = de + EXP_PAR_MAX * E, *u = g + EXP_PAR_MAX * ff;
 	void *scr = eng->par_scratch + (size_t)ith * eng->par_scratch_bytes;
+	(void)nth;
 	for (int w; (w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n;) {
 		int a = j->which[w];
 		const moe_expert *x = &eng->active_w[a];
@@ -795,12 +758,6 @@ static void expert_worker(void *arg, int ith, int nth)
 				de[i] += L->exp_down_b[id][i % E];
 		scatter_rows(eng, a, de);
 	}
-	/* only with more experts than threads, and more than one thread: with
-	 * one expert each (one sequence) the threads finish together, and one
-	 * thread never waits, so there is no wait to fill */
-	if (nth > 1 && j->n > nth && (uint32_t)j->il + 1 < hp->n_layer &&
-	    hp->attention != MOE_ATTN_MLA)
-		prefetch_attn_weights(eng, j->il + 1, j->B, ith);
 }
 
 /* Router lookahead (streamed stores): apply the routers of the next
@@ -855,7 +812,7 @@ static void compute_experts(moe_engine *eng, int il, int B, int *which, int n)
 				which[v] = which[v - 1];
 			which[v] = a;
 		}
-		expert_job j = {eng, which, n, 0, il, B};
+		expert_job j = {eng, which, n, 0, il};
 		/* one expert (a streamed expert that just arrived) is one thread's
 		 * work: run it here rather than wait for a worker to wake from its
 		 * sleep during the read just to find nothing left to take */

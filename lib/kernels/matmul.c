@@ -114,21 +114,6 @@ static void compute_range(const moe_kernels *k, int dtype, const uint8_t *W, siz
 	}
 }
 
-/* Rows are the natural split (each thread reads its own weights); with few
- * rows and many tokens, the threads split the tokens instead. */
-static bool split_rows(int64_t rows, int64_t n_tokens, int nth)
-{
-	return rows >= 16 * (int64_t)nth || n_tokens < 2 * (int64_t)nth;
-}
-
-void moe_matmul_rows(int64_t rows, int64_t n_tokens, int ith, int nth, int64_t *r0, int64_t *r1)
-{
-	*r0 = 0;
-	*r1 = rows;
-	if (split_rows(rows, n_tokens, nth))
-		share(rows, n_tokens > 1 ? 16 : 4, ith, nth, r0, r1);
-}
-
 void moe_matmul_compute(const moe_kernels *k, int dtype, const void *W, int64_t rows,
 			int64_t cols, const float *X, int64_t ldx, int64_t n_tokens, float *Y,
 			int64_t ldy, const void *scratch, int ith, int nth)
@@ -147,8 +132,11 @@ void moe_matmul_compute(const moe_kernels *k, int dtype, const void *W, int64_t 
 		x = scratch;
 		xs = row_bytes(t->vec_dot_type, cols);
 	}
-	moe_matmul_rows(rows, n_tokens, ith, nth, &r0, &r1);
-	if (!split_rows(rows, n_tokens, nth))
+	/* Rows are the natural split (each thread reads its own weights); with
+	 * few rows and many tokens, split the tokens instead. */
+	if (rows >= 16 * (int64_t)nth || n_tokens < 2 * (int64_t)nth)
+		share(rows, n_tokens > 1 ? 16 : 4, ith, nth, &r0, &r1);
+	else
 		share(n_tokens, 4, ith, nth, &t0, &t1);
 	if (r0 < r1 && t0 < t1)
 		compute_range(k, dtype, W, wb, cols, x, xs, Y, ldy, r0, r1, t0, t1);
