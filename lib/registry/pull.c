@@ -575,15 +575,20 @@ int moe_pull(const moe_pull_opts *o, moe_registry_entry *out, moe_error *e)
 	}
 	if (o->download_only) {
 		snprintf(out->source, sizeof out->source, "%s", o->source);
-		snprintf(out->path, sizeof out->path, "%s",
-			 f.input[0] ? f.input : (f.n ? f.paths[0] : ""));
-		if (f.is_gguf && f.n > 1) {
-			/* the shards' directory */
-			snprintf(out->path, sizeof out->path, "%s", f.paths[0]);
-			char *sl = strrchr(out->path, '/');
-			if (sl)
-				*sl = '\0';
+		/* A split GGUF's shards are reported by their directory. */
+		bool shards = f.is_gguf && f.n > 1;
+		const char *got = shards ? f.paths[0] : f.input[0] ? f.input : (f.n ? f.paths[0] : "");
+		size_t len = strlen(got);
+		if (len >= sizeof out->path) {
+			/* No file system opens such a path, but say so rather than cut it. */
+			rc = moe_err(e, MOE_EINVAL, "%.200s...: downloaded path longer than %zu bytes",
+				     got, sizeof out->path - 1);
+			goto out;
 		}
+		memcpy(out->path, got, len + 1);
+		char *sl = shards ? strrchr(out->path, '/') : NULL;
+		if (sl)
+			*sl = '\0';
 		goto out;
 	}
 	clean_stale(store);

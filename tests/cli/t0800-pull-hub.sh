@@ -51,6 +51,10 @@ is "$(readlink "$R/snapshots/$commit/Q4_SPLIT/mix-SPLIT-00002-of-00003.gguf" | c
 	"nested snapshot links climb one more level"
 check "joined split GGUF converts to the same tensors and metadata" -- \
 	"$DIFF" --ignore provenance "$T/direct.uth" "$("$PULL" show --json test/mix-GGUF:SPLIT | $PYTHON3 -c 'import json,sys; print(json.load(sys.stdin)["path"])')"
+is "$("$PULL" --download-only -q test/mix-GGUF:SPLIT)" "$R/snapshots/$commit/Q4_SPLIT" \
+	"--download-only prints a split GGUF's shard directory"
+is "$("$PULL" --download-only -q test/mix-GGUF:Q8_0)" "$R/snapshots/$commit/mix-Q8_0.gguf" \
+	"--download-only prints a single GGUF's snapshot path"
 "$PULL" test/mix-GGUF 2>"$T/err"
 is "$?" 1 "several GGUF models and no quant: exit 1"
 grep -q "mix-F32.gguf" "$T/err" && grep -q "mix-Q8_0.gguf" "$T/err"
