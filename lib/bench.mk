@@ -23,8 +23,7 @@ tests_fuzz_fuzz_endpoint_LDADD = $(MOE_LIBS)
 # moe-bench --plan's routing profile, on the demo model
 noinst_PROGRAMS += tests/fuzz/fuzz-bench-plan
 tests_fuzz_fuzz_bench_plan_SOURCES = tests/fuzz/fuzz-bench-plan.c
-tests_fuzz_fuzz_bench_plan_CPPFLAGS = $(AM_CPPFLAGS) \
-	-DMOE_FUZZ_DEFAULT_MODEL='"$(abs_top_srcdir)/share/moe-demo.uth"'
+tests_fuzz_fuzz_bench_plan_CPPFLAGS = $(FUZZ_MODEL_CPPFLAGS)
 tests_fuzz_fuzz_bench_plan_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_bench_plan_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_bench_plan_LDADD = $(MOE_LIBS)

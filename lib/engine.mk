@@ -42,8 +42,7 @@ if ENABLE_FUZZ
 noinst_PROGRAMS += tests/fuzz/fuzz-request
 tests_fuzz_fuzz_request_SOURCES = tests/fuzz/fuzz-request.c
 tests_fuzz_fuzz_request_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(FUZZ_CFLAGS)
-tests_fuzz_fuzz_request_CPPFLAGS = $(AM_CPPFLAGS) \
-	-DMOE_FUZZ_DEFAULT_MODEL='"$(abs_top_srcdir)/share/moe-demo.uth"'
+tests_fuzz_fuzz_request_CPPFLAGS = $(FUZZ_MODEL_CPPFLAGS)
 tests_fuzz_fuzz_request_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_request_LDADD = $(MOE_LIBS)
 endif
@@ -55,8 +54,7 @@ if ENABLE_FUZZ
 noinst_PROGRAMS += tests/fuzz/fuzz-prompt-cache
 tests_fuzz_fuzz_prompt_cache_SOURCES = tests/fuzz/fuzz-prompt-cache.c
 tests_fuzz_fuzz_prompt_cache_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(FUZZ_CFLAGS)
-tests_fuzz_fuzz_prompt_cache_CPPFLAGS = $(AM_CPPFLAGS) \
-	-DMOE_FUZZ_DEFAULT_MODEL='"$(abs_top_srcdir)/share/moe-demo.uth"'
+tests_fuzz_fuzz_prompt_cache_CPPFLAGS = $(FUZZ_MODEL_CPPFLAGS)
 tests_fuzz_fuzz_prompt_cache_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_prompt_cache_LDADD = $(MOE_LIBS)
 endif

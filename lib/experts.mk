@@ -17,8 +17,7 @@ if ENABLE_FUZZ
 noinst_PROGRAMS += tests/fuzz/fuzz-expert-profile
 tests_fuzz_fuzz_expert_profile_SOURCES = tests/fuzz/fuzz-expert-profile.c
 tests_fuzz_fuzz_expert_profile_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(FUZZ_CFLAGS)
-tests_fuzz_fuzz_expert_profile_CPPFLAGS = $(AM_CPPFLAGS) \
-	-DMOE_FUZZ_DEFAULT_MODEL='"$(abs_top_srcdir)/share/moe-demo.uth"'
+tests_fuzz_fuzz_expert_profile_CPPFLAGS = $(FUZZ_MODEL_CPPFLAGS)
 tests_fuzz_fuzz_expert_profile_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_expert_profile_LDADD = $(MOE_LIBS)
 endif

@@ -34,8 +34,7 @@ tests_fuzz_fuzz_imatrix_LDADD = $(MOE_LIBS)
 # moe-quant --expert-profile's routing profile, planned for the demo model
 noinst_PROGRAMS += tests/fuzz/fuzz-quant-plan
 tests_fuzz_fuzz_quant_plan_SOURCES = tests/fuzz/fuzz-quant-plan.c
-tests_fuzz_fuzz_quant_plan_CPPFLAGS = $(AM_CPPFLAGS) \
-	-DMOE_FUZZ_DEFAULT_MODEL='"$(abs_top_srcdir)/share/moe-demo.uth"'
+tests_fuzz_fuzz_quant_plan_CPPFLAGS = $(FUZZ_MODEL_CPPFLAGS)
 tests_fuzz_fuzz_quant_plan_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_quant_plan_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_quant_plan_LDADD = $(MOE_LIBS)

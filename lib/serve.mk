@@ -12,8 +12,7 @@ if ENABLE_FUZZ
 noinst_PROGRAMS += tests/fuzz/fuzz-serve
 tests_fuzz_fuzz_serve_SOURCES = tests/fuzz/fuzz-serve.c
 tests_fuzz_fuzz_serve_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
-tests_fuzz_fuzz_serve_CPPFLAGS = $(AM_CPPFLAGS) \
-	-DMOE_FUZZ_DEFAULT_MODEL='"$(abs_top_srcdir)/share/moe-demo.uth"'
+tests_fuzz_fuzz_serve_CPPFLAGS = $(FUZZ_MODEL_CPPFLAGS)
 tests_fuzz_fuzz_serve_LDFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_serve_LDADD = $(MOE_LIBS)
 endif

@@ -6,6 +6,8 @@ include tests/ref/local.mk
 
 # The fuzz targets' seed corpora replayed by make check, every target linked
 # with tests/fuzz/replay.c instead of libFuzzer (t0050).
+# The model a model-driven fuzz target (libFuzzer build, lib/*.mk) or its
+# replay defaults to: tests/fuzz/fuzz_model.h.
 FUZZ_MODEL_CPPFLAGS = $(AM_CPPFLAGS) -DMOE_FUZZ_DEFAULT_MODEL='"$(abs_top_srcdir)/share/moe-demo.uth"'
 FUZZ_REPLAY_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS)
 check_PROGRAMS += tests/fuzz/replay-gguf tests/fuzz/replay-hf-config tests/fuzz/replay-jinja \

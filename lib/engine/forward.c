@@ -423,6 +423,15 @@ static void next_attn_in(moe_engine *eng, int il, int t)
 		attn_in(eng, il + 1, t);
 }
 
+/* Whether a step of B tokens runs each expert whole on one thread
+ * (compute_experts), which is when expert_worker can take its tokens' rows
+ * from ffn_q; otherwise each expert runs over all threads (and the
+ * observer sees every product's float input). */
+static bool experts_whole_per_thread(const moe_engine *eng, int B)
+{
+	return B <= EXP_PAR_MAX && !eng->observe_fn;
+}
+
 /* Token t's FFN input quantised for the layer's experts (engine_int.h,
  * ffn_q), when the step runs them whole per thread. */
 static void ffn_q_row(moe_engine *eng, int il, int t)
@@ -801,7 +810,7 @@ static void lookahead(moe_engine *eng, int il, int B)
  * only its own rows of expert_out. */
 static void compute_experts(moe_engine *eng, int il, int B, int *which, int n)
 {
-	if (B <= EXP_PAR_MAX && !eng->observe_fn) {
+	if (experts_whole_per_thread(eng, B)) {
 		/* Most tokens first (insertion sort, stable): the threads take
 		 * the next expert as they finish, and ending on the small ones
 		 * leaves the least time with one thread idle before the layer's
@@ -949,8 +958,7 @@ int moe_forward(moe_engine *eng, const moe_step_token *st, int B, moe_error *e)
 	const moe_hparams *hp = &m->hp;
 	int64_t E = hp->n_embd;
 	eng->st = st;
-	/* as compute_experts chooses whole experts per thread */
-	eng->ffn_q_on = B <= EXP_PAR_MAX && !eng->observe_fn;
+	eng->ffn_q_on = experts_whole_per_thread(eng, B);
 	for (int t = 0; t < B; t++)
 		row_to_float(eng, m->tok_embd.dtype,
 			     (const uint8_t *)m->tok_embd.data + (size_t)st[t].id * m->tok_embd.row_bytes,

@@ -24,27 +24,11 @@ static void f16_row(const uint16_t *src, float *dst, int n)
 #define ATTN_F16_KEYS 1
 #define f16_vload(p) ((vf)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p))))
 
+/* The F16 cache write (attn_tile.h's ATTN_F16_STORE): ATTN_VW floats to
+ * halves with vcvtps2ph, rounding to nearest even. */
+#define ATTN_F16_STORE moe_f16_store_avx512
+#define F16_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define f16_vstore(x, y) \
+	_mm256_storeu_si256((__m256i *)(y), _mm512_cvtps_ph(_mm512_loadu_ps(x), F16_RNE))
+
 #include "kernels/attn_tile.h"
-
-/* vcvtps2ph rounds to nearest even, gives infinity past 65520, half
- * subnormals whatever MXCSR.FTZ says, and quiets a NaN keeping its top
- * payload bits: moe_f32_to_f16's rules (t-attn checks every level). */
-#define MOE_CVT_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-
-void moe_f16_store_avx512(const float *x, uint16_t *y, int64_t n, int64_t ystride)
-{
-	int64_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(x + i), MOE_CVT_RNE);
-		if (ystride == 1) {
-			_mm256_storeu_si256((__m256i *)(y + i), h);
-		} else {
-			uint16_t tmp[16];
-			memcpy(tmp, &h, sizeof tmp);
-			for (int j = 0; j < 16; j++)
-				y[(i + j) * ystride] = tmp[j];
-		}
-	}
-	for (; i < n; i++)
-		y[i * ystride] = moe_f32_to_f16(x[i]);
-}

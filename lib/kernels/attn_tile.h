@@ -3,7 +3,9 @@
  * attn_generic.c, attn_avx2.c and attn_avx512.c define the vector width
  * ATTN_VW, the fused multiply-add VFMA (unfused in generic), VSPLAT, the F16
  * row decoder f16_row(), optionally ATTN_F16_KEYS with f16_vload() (ATTN_VW
- * halves to a vector) and ATTN_NAME, then include this file.
+ * halves to a vector), optionally ATTN_F16_STORE with f16_vstore() (the
+ * level's F16 cache write, at the end of this file) and ATTN_NAME, then
+ * include this file.
  *
  * What one call does (kernels.h, moe_attn_tile): for the query rows of one
  * KV head (tokens x the heads sharing it), walk the sequence's KV blocks in
@@ -484,30 +486,29 @@ void ATTN_NAME(const moe_attn_tile *t)
 			else
 				for (int i = 0; i < nr; i++)
 					scores1(q[i], hd, kf, ga, gb, s + (size_t)i * ktw);
-			int ra[4], rb[4], same = nr == 4;
-			float alpha[4];
+			int ra[4], rb[4]; /* each row's keys [ra, rb) in this block */
 			for (int i = 0; i < nr; i++) {
 				int tok = (r0 + i) / t->n_head;
 				ra[i] = (t->lo[tok] > p0 ? t->lo[tok] : p0) - p0;
 				rb[i] = (t->hi[tok] < p0 + bt ? t->hi[tok] : p0 + bt) - p0;
-				same = same && ra[i] == ra[0] && rb[i] == rb[0];
 			}
 #ifdef ATTN_GROUP4
 			/* a token's query heads: four rows, one key range */
-			if (same && ra[0] < rb[0]) {
+			if (nr == 4 && ra[0] < rb[0] && ra[1] == ra[0] && ra[2] == ra[0] &&
+			    ra[3] == ra[0] && rb[1] == rb[0] && rb[2] == rb[0] && rb[3] == rb[0]) {
+				float alpha[4];
 				softmax4(t, s, ktw, ra[0], rb[0], m + r0, l + r0, alpha);
 				values4(s, ktw, ra[0], rb[0], vr, vw, acc + (size_t)r0 * vw, alpha);
 				continue;
 			}
 #endif
-			(void)same;
 			for (int i = 0; i < nr; i++) {
 				int r = r0 + i;
 				if (ra[i] >= rb[i])
 					continue;
-				alpha[i] = row_softmax(t, s + (size_t)i * ktw, ra[i], rb[i], &m[r], &l[r]);
+				float alpha = row_softmax(t, s + (size_t)i * ktw, ra[i], rb[i], &m[r], &l[r]);
 				row_values(s + (size_t)i * ktw, ra[i], rb[i], vr, vw, acc + (size_t)r * vw,
-					   alpha[i]);
+					   alpha);
 			}
 		}
 	}
@@ -529,3 +530,28 @@ void ATTN_NAME(const moe_attn_tile *t)
 			o[d] = ar[d] * f;
 	}
 }
+
+#ifdef ATTN_F16_STORE
+/* The F16 cache write of the level (kernels.h, moe_f16_store_fn), ATTN_VW
+ * floats a conversion with f16_vstore(x, y) (ATTN_VW halves to y), the
+ * rest one by one.  vcvtps2ph rounds to nearest even, gives infinity past
+ * 65520, half subnormals whatever MXCSR.FTZ says, and quiets a NaN keeping
+ * its top payload bits: moe_f32_to_f16's rules (t-attn checks every
+ * level). */
+void ATTN_F16_STORE(const float *x, uint16_t *y, int64_t n, int64_t ystride)
+{
+	int64_t i = 0;
+	for (; i + ATTN_VW <= n; i += ATTN_VW) {
+		if (ystride == 1) {
+			f16_vstore(x + i, y + i);
+		} else {
+			uint16_t h[ATTN_VW];
+			f16_vstore(x + i, h);
+			for (int j = 0; j < ATTN_VW; j++)
+				y[(i + j) * ystride] = h[j];
+		}
+	}
+	for (; i < n; i++)
+		y[i * ystride] = moe_f32_to_f16(x[i]);
+}
+#endif

@@ -11,6 +11,7 @@
  */
 #include "quant.h"
 #include "fuzz_file.h"
+#include "fuzz_model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint64_t budget = (uint64_t)1 << 40;
 	const char *path = fuzz_file("fuzz-quant-plan", data, size);
 
-	const char *mp = getenv("MOE_FUZZ_MODEL");
-	moe_quant_opts o = {.in = mp ? mp : MOE_FUZZ_DEFAULT_MODEL, .allow_requantize = true,
+	moe_quant_opts o = {.in = fuzz_model_path(), .allow_requantize = true,
 			    .threads = 1};
 	if (moe_quant_recipe_find("q4_k_m", &o.recipe) < 0)
 		abort();
